@@ -1,0 +1,74 @@
+"""The few small records passed between the engine's parts.
+
+Recall -> Rank -> Fuse exchange :class:`Candidate` lists; loaders produce
+:class:`LabelledMention`; the app receives :class:`Suggestion`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class LabelledMention:
+    """A mention with its gold standard term names (one or more)."""
+
+    text: str
+    terms: list[str]
+    row: int | None = None  # 1-based row / item in the source file
+
+
+@dataclass
+class LabelledSet:
+    """A labelled file: its mentions plus gold names not found in the vocabulary."""
+
+    path: str
+    mentions: list[LabelledMention]
+    # (row, gold name) pairs whose name is not in the vocabulary they were checked against
+    missing: list[tuple[int | None, str]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.mentions)
+
+
+@dataclass(frozen=True)
+class KeywordSpan:
+    """A keyword found in a text. ``kind`` is one of KEYWORD_KINDS."""
+
+    start: int
+    end: int
+    kind: str
+    text: str
+
+
+KEYWORD_KINDS = ("site", "type", "approach", "laterality", "nature")
+
+
+@dataclass
+class Candidate:
+    """One candidate standard term for a mention.
+
+    ``scores`` keeps every strategy's own score (``exact``, ``tfidf``, ``bm25``,
+    ``jaccard``, ``history``, ``dense``, ``ranker`` ...) for explanation and
+    fusion; ``score`` is the final (fused) score used for ordering.
+    """
+
+    term_id: int
+    term: str
+    score: float = 0.0
+    scores: dict[str, float] = field(default_factory=dict)
+    codes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Suggestion:
+    """What the engine proposes for one mention."""
+
+    mention: str
+    candidates: list[Candidate]  # ranked, best first
+    predicted_count: int  # how many terms the mention needs
+    chosen: list[str]  # the terms the engine would output
+    confidence: float  # calibrated probability that ``chosen`` is exactly right
+    keywords: list[KeywordSpan] = field(default_factory=list)
+    model_version: str = "lexical"
+    parts: list[str] = field(default_factory=list)  # split parts of a multi-part mention
