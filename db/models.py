@@ -1,0 +1,286 @@
+"""Schema of the review app's database (SQLAlchemy 2 typed declarative models).
+
+What the app stores, in the words of the domain:
+
+* a **vocabulary** of standard **terms** (name, codes) and their **synonyms**
+  (from the vocabulary file, or added by a coder: who, when);
+* **batches** of imported **mentions** kept in file order (``position``), each
+  with a review ``status``;
+* the engine's **suggestions** for a mention (model version, predicted count,
+  confidence, chosen terms) with every ranked **candidate** and all of its
+  per-strategy scores, so a decision can later be explained and replayed;
+* the coders' **decisions** (accept / correct / reject / skip / flag, plus the
+  lead's bulk ``auto`` coding) -- never overwritten: a new decision on the same
+  mention supersedes the previous one (``is_latest``) and the history stays;
+* **training pairs** derived from decisions: confirmed positives and, as
+  confirmed hard negatives, the shown candidates a coder did not choose --
+  the "hard negatives matter more than model choice" lesson of Approach B and
+  the user-confirmed negatives that Approach D's false-negative elimination
+  otherwise has to guess (methods.md);
+* **users** and an append-only **audit log**.
+
+The initial Alembic revision (``db/migrations/versions/0001_initial.py``)
+creates exactly these tables; ``tests/test_db.py`` checks that the models and
+the migrated schema do not drift apart.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    SmallInteger,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+ROLES = ("coder", "annotator", "lead", "admin")
+MENTION_STATUSES = ("new", "suggested", "decided", "auto_coded", "flagged", "skipped")
+# "auto" is the lead's bulk acceptance of confident suggestions (services.auto_code)
+DECISION_ACTIONS = ("accept", "correct", "reject", "skip", "flag", "auto")
+PAIR_KINDS = ("accepted", "corrected", "rejected_candidate", "synonym")
+SYNONYM_SOURCES = ("vocabulary", "user")
+
+# Lengths: real mentions are <= 122 characters (max over the 22,000 CHIP-CDN and
+# Yidu-N7K mentions) and db.io rejects mentions longer than 500; term names are
+# shorter still. String lengths only matter on PostgreSQL/MySQL; SQLite ignores them.
+NAME_LEN = 500
+CODE_LEN = 64
+
+
+def utcnow() -> datetime:
+    """Timestamps are UTC (SQLite stores them without the zone)."""
+    return datetime.now(UTC)
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+class Base(DeclarativeBase):
+    # Named constraints so Alembic can alter them later (SQLite batch mode needs names).
+    metadata = MetaData(
+        naming_convention={
+            "ix": "ix_%(column_0_label)s",
+            "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+            "ck": "ck_%(table_name)s_%(constraint_name)s",
+            "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+            "pk": "pk_%(table_name)s",
+        }
+    )
+    type_annotation_map = {dict[str, Any]: JSON, list[str]: JSON, list[Any]: JSON}
+
+
+class User(Base):
+    __tablename__ = "users"
+    __table_args__ = (CheckConstraint(_in("role", ROLES), name="role"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    username: Mapped[str] = mapped_column(String(100), unique=True)
+    role: Mapped[str] = mapped_column(String(20), default="coder")
+    # nullable until the app gets real authentication
+    password_hash: Mapped[str | None] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Vocabulary(Base):
+    __tablename__ = "vocabularies"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    source: Mapped[str] = mapped_column(String(NAME_LEN), default="")
+    language: Mapped[str] = mapped_column(String(10), default="zh")
+    # code hierarchy (code -> parent code) and names of inner (non-term) codes,
+    # so termnorm.vocabulary.Vocabulary can be rebuilt from the database alone
+    hierarchy: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Term(Base):
+    """A standard term (name) of a vocabulary; ``position`` is its termnorm term id."""
+
+    __tablename__ = "terms"
+    __table_args__ = (
+        UniqueConstraint("vocabulary_id", "name"),
+        Index("ix_terms_vocabulary_code", "vocabulary_id", "code"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    vocabulary_id: Mapped[int] = mapped_column(ForeignKey("vocabularies.id", ondelete="CASCADE"))
+    position: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(NAME_LEN))
+    code: Mapped[str | None] = mapped_column(String(CODE_LEN))  # first code, for look-ups by code
+    codes: Mapped[list[str]] = mapped_column(default=list)  # every code of the name
+
+    vocabulary: Mapped[Vocabulary] = relationship()
+
+
+class Synonym(Base):
+    __tablename__ = "synonyms"
+    __table_args__ = (
+        UniqueConstraint("term_id", "text"),
+        CheckConstraint(_in("source", SYNONYM_SOURCES), name="source"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    term_id: Mapped[int] = mapped_column(ForeignKey("terms.id", ondelete="CASCADE"))
+    text: Mapped[str] = mapped_column(String(NAME_LEN))
+    source: Mapped[str] = mapped_column(String(20), default="user")
+    added_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    term: Mapped[Term] = relationship()
+
+
+class Batch(Base):
+    """An imported file (or list) of mentions to review against one vocabulary."""
+
+    __tablename__ = "batches"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    vocabulary_id: Mapped[int] = mapped_column(ForeignKey("vocabularies.id"), index=True)
+    source_file: Mapped[str] = mapped_column(String(NAME_LEN), default="")
+    created_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    vocabulary: Mapped[Vocabulary] = relationship()
+
+
+class Mention(Base):
+    __tablename__ = "mentions"
+    __table_args__ = (
+        UniqueConstraint("batch_id", "position"),
+        # the review queue: open mentions of a batch in file order / by confidence
+        Index("ix_mentions_queue", "batch_id", "status", "position"),
+        CheckConstraint(_in("status", MENTION_STATUSES), name="status"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    batch_id: Mapped[int] = mapped_column(ForeignKey("batches.id", ondelete="CASCADE"))
+    position: Mapped[int] = mapped_column(Integer)  # 1-based order in the imported file
+    text: Mapped[str] = mapped_column(Text)
+    gold_terms: Mapped[list[str] | None] = mapped_column(JSON)  # when the file carries labels
+    source_row: Mapped[int | None] = mapped_column(Integer)  # row / item in the source file
+    status: Mapped[str] = mapped_column(String(20), default="new")
+    # copy of the latest suggestion's confidence, so order="uncertainty" is one indexed sort
+    confidence: Mapped[float | None] = mapped_column(Float)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+
+    batch: Mapped[Batch] = relationship()
+
+
+class Suggestion(Base):
+    __tablename__ = "suggestions"
+    __table_args__ = (Index("ix_suggestions_mention", "mention_id", "id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    mention_id: Mapped[int] = mapped_column(ForeignKey("mentions.id", ondelete="CASCADE"))
+    model_version: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    predicted_count: Mapped[int] = mapped_column(Integer)
+    confidence: Mapped[float] = mapped_column(Float)
+    chosen: Mapped[list[str]] = mapped_column(default=list)
+    keywords: Mapped[list[Any]] = mapped_column(default=list)  # [{start, end, kind, text}]
+    parts: Mapped[list[str]] = mapped_column(default=list)
+
+    candidates: Mapped[list[SuggestionCandidate]] = relationship(
+        order_by="SuggestionCandidate.rank", cascade="all, delete-orphan", passive_deletes=True
+    )
+
+
+class SuggestionCandidate(Base):
+    __tablename__ = "suggestion_candidates"
+    __table_args__ = (UniqueConstraint("suggestion_id", "rank"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    suggestion_id: Mapped[int] = mapped_column(ForeignKey("suggestions.id", ondelete="CASCADE"))
+    rank: Mapped[int] = mapped_column(Integer)  # 1 = best
+    term: Mapped[str] = mapped_column(String(NAME_LEN))
+    term_index: Mapped[int | None] = mapped_column(Integer)  # the engine's term id (Candidate.term_id)
+    codes: Mapped[list[str]] = mapped_column(default=list)
+    score: Mapped[float] = mapped_column(Float)  # fused score used for the ranking
+    scores: Mapped[dict[str, Any]] = mapped_column(default=dict)  # every strategy / ranker score
+
+
+class Decision(Base):
+    __tablename__ = "decisions"
+    __table_args__ = (
+        Index("ix_decisions_mention_latest", "mention_id", "is_latest"),
+        Index("ix_decisions_user_at", "user_id", "at"),
+        CheckConstraint(_in("action", DECISION_ACTIONS), name="action"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    # no ON DELETE CASCADE: decisions are the product of paid work; deleting a
+    # batch that has decisions must fail rather than silently drop them
+    mention_id: Mapped[int] = mapped_column(ForeignKey("mentions.id"))
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    suggestion_id: Mapped[int | None] = mapped_column(ForeignKey("suggestions.id", ondelete="SET NULL"))
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    action: Mapped[str] = mapped_column(String(10))
+    terms: Mapped[list[str]] = mapped_column(default=list)  # the chosen standard terms
+    comment: Mapped[str] = mapped_column(Text, default="")
+    seconds: Mapped[float] = mapped_column(Float, default=0.0)  # time the coder spent
+    model_version: Mapped[str | None] = mapped_column(String(100))  # of the suggestion answered
+    is_latest: Mapped[bool] = mapped_column(Boolean, default=True)  # the latest decision wins
+
+    user: Mapped[User] = relationship()
+    mention: Mapped[Mention] = relationship()
+
+
+class TrainingPair(Base):
+    """A (mention, term, label) pair confirmed by a person, for retraining.
+
+    label 1: ``accepted`` / ``corrected`` terms and user ``synonym`` s;
+    label 0: ``rejected_candidate`` -- a candidate shown and not chosen, i.e. a
+    confirmed hard negative. ``active`` is False once a later decision on the
+    same mention superseded the one that produced the pair.
+    """
+
+    __tablename__ = "training_pairs"
+    __table_args__ = (
+        Index("ix_training_pairs_vocab", "vocabulary_id", "active", "kind"),
+        CheckConstraint("label IN (0, 1)", name="label"),
+        CheckConstraint(_in("kind", PAIR_KINDS), name="kind"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    vocabulary_id: Mapped[int] = mapped_column(ForeignKey("vocabularies.id"))
+    mention_id: Mapped[int | None] = mapped_column(ForeignKey("mentions.id"), index=True)
+    decision_id: Mapped[int | None] = mapped_column(ForeignKey("decisions.id"), index=True)
+    synonym_id: Mapped[int | None] = mapped_column(ForeignKey("synonyms.id"))
+    mention_text: Mapped[str] = mapped_column(Text)
+    term: Mapped[str] = mapped_column(String(NAME_LEN))
+    label: Mapped[int] = mapped_column(SmallInteger)
+    kind: Mapped[str] = mapped_column(String(20))
+    active: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class AuditLog(Base):
+    """Append-only record of who changed what (``username`` kept even if the user row changes)."""
+
+    __tablename__ = "audit_log"
+    __table_args__ = (Index("ix_audit_log_object", "object_type", "object_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    username: Mapped[str] = mapped_column(String(100), default="")
+    action: Mapped[str] = mapped_column(String(50))
+    object_type: Mapped[str] = mapped_column(String(50))
+    object_id: Mapped[int | None] = mapped_column(Integer)
+    details: Mapped[dict[str, Any]] = mapped_column(default=dict)

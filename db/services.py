@@ -1,0 +1,740 @@
+"""The review app's database operations (the contract in notes/db_contract.md).
+
+Pages call these functions and never build SQL. Every function takes a
+SQLAlchemy ``Session`` first (except :func:`init_db` / :func:`session_scope`)
+and every write commits before it returns, so a decision is on disk before
+the UI moves on (SQLite runs in WAL mode with ``synchronous=FULL``: a commit
+returns only after the write-ahead log is fsync'ed).
+
+The training signal written here feeds the engine's retraining: accepted and
+corrected terms are positives; the shown candidates a coder did not choose are
+*confirmed* hard negatives (Approach B: hard negatives matter more than model
+choice; Approach D: unconfirmed top-k negatives hurt without false-negative
+elimination -- these are confirmed by a person). Accepted / corrected mentions
+also return to the engine as coded history (Approach B history recall,
+Approach E sieve) through :func:`coded_mentions`, and user synonyms through
+:func:`user_synonyms`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+
+import pandas as pd
+from sqlalchemy import Engine, case, create_engine, event, func, insert, select, update
+from sqlalchemy.orm import Session, selectinload, sessionmaker
+from sqlalchemy.pool import StaticPool
+
+from db import io as dbio
+from db.models import (
+    DECISION_ACTIONS,
+    ROLES,
+    AuditLog,
+    Batch,
+    Decision,
+    Mention,
+    Suggestion as SuggestionRow,
+    SuggestionCandidate,
+    Synonym,
+    Term,
+    TrainingPair,
+    User,
+    Vocabulary as VocabularyRow,
+    utcnow,
+)
+from termnorm.errors import DataFormatError
+from termnorm.records import Candidate, KeywordSpan, LabelledMention, Suggestion
+from termnorm.vocabulary import Vocabulary
+
+DB_DIR = Path(__file__).resolve().parent
+DEFAULT_DB_PATH = DB_DIR / "termnorm.sqlite3"
+ALEMBIC_INI = DB_DIR / "alembic.ini"
+
+# How many of a suggestion's ranked candidates the review screen shows. Those not
+# chosen on "correct" and all of them on "reject" become confirmed hard negatives;
+# candidates below were never seen, so they say nothing. 5 = the deployed setting
+# of Approach D ("show the top 5, the user confirms"); the app passes ``shown=``
+# to record_decision when it shows another number.
+SHOWN_CANDIDATES = 5
+
+FINAL_STATUSES = ("decided", "auto_coded")  # counted as done by batch_progress / batches
+OPEN_STATUSES = ("new", "suggested")  # the review queue proper
+STATUS_AFTER = {"accept": "decided", "correct": "decided", "reject": "decided",
+                "skip": "skipped", "flag": "flagged", "auto": "auto_coded"}
+ORDERS = ("file", "uncertainty")
+
+_lock = threading.Lock()
+_engines: dict[str, Engine] = {}
+_makers: dict[str, sessionmaker] = {}
+_migrated: set[str] = set()
+
+
+# ================================================================ engine / sessions
+def database_url(url: str | None = None) -> str:
+    """``url``, else ``$TERMNORM_DB_URL``, else the SQLite file ``db/termnorm.sqlite3``."""
+    return url or os.environ.get("TERMNORM_DB_URL") or f"sqlite:///{DEFAULT_DB_PATH}"
+
+
+def get_engine(url: str | None = None) -> Engine:
+    """The engine for ``url``, made once per process (no migrations: see :func:`init_db`)."""
+    url = database_url(url)
+    with _lock:
+        eng = _engines.get(url)
+        if eng is None:
+            eng = _engines[url] = _make_engine(url)
+            _makers[url] = sessionmaker(eng, expire_on_commit=False)
+        return eng
+
+
+def _make_engine(url: str) -> Engine:
+    dumps = lambda o: json.dumps(o, ensure_ascii=False)  # noqa: E731 - readable Chinese in the JSON columns
+    if not url.startswith("sqlite"):
+        return create_engine(url, json_serializer=dumps, pool_pre_ping=True)
+    memory = url in ("sqlite://", "sqlite:///:memory:")
+    if not memory:
+        path = url.split("///", 1)[-1].split("?", 1)[0]
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+    eng = create_engine(
+        url,
+        json_serializer=dumps,
+        # wait up to 30 s for another writer (several coders, Streamlit threads) instead of failing
+        connect_args={"timeout": 30, "check_same_thread": False},
+        **({"poolclass": StaticPool} if memory else {}),
+    )
+
+    @event.listens_for(eng, "connect")
+    def _pragmas(dbapi_conn, _record):
+        cur = dbapi_conn.cursor()
+        # WAL: readers never block the writer; FULL: fsync the WAL on every commit, so a
+        # committed decision survives a crash or power loss (NORMAL may lose the last ones)
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=FULL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+
+    return eng
+
+
+def init_db(url: str | None = None) -> Engine:
+    """Create / upgrade the schema (Alembic ``upgrade head``) and return the cached engine."""
+    eng = get_engine(url)
+    url = database_url(url)
+    with _lock:
+        if url not in _migrated:
+            from alembic import command
+            from alembic.config import Config
+
+            cfg = Config(str(ALEMBIC_INI))
+            cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+            cfg.attributes["configure_logger"] = False  # leave the app's logging alone
+            with eng.begin() as conn:
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, "head")
+            _migrated.add(url)
+    return eng
+
+
+def get_sessionmaker(url: str | None = None) -> sessionmaker:
+    init_db(url)
+    return _makers[database_url(url)]
+
+
+@contextmanager
+def session_scope(url: str | None = None) -> Iterator[Session]:
+    """A session on the (migrated) database: commit on success, rollback on error."""
+    s = get_sessionmaker(url)()
+    try:
+        yield s
+        s.commit()
+    except BaseException:
+        s.rollback()
+        raise
+    finally:
+        s.close()
+
+
+def dispose(url: str | None = None) -> None:
+    """Close and forget the cached engine (tests use it to simulate an app restart)."""
+    url = database_url(url)
+    with _lock:
+        eng = _engines.pop(url, None)
+        _makers.pop(url, None)
+        _migrated.discard(url)
+    if eng is not None:
+        eng.dispose()
+
+
+# ================================================================ users / audit
+def _user(s: Session, username: str, role: str = "coder") -> User:
+    username = (username or "").strip()
+    if not username:
+        raise ValueError("empty username")
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
+    u = s.scalar(select(User).where(User.username == username))
+    if u is None:
+        u = User(username=username, role=role)
+        s.add(u)
+        s.flush()
+        _audit(s, u, "create", "user", u.id, {"role": role})
+    return u
+
+
+def ensure_user(s: Session, username: str, role: str = "coder") -> User:
+    """The user ``username``, created with ``role`` if new (an existing user's role is kept)."""
+    u = _user(s, username, role)
+    s.commit()
+    return u
+
+
+def users(s: Session) -> list[dict]:
+    return [{"id": u.id, "username": u.username, "role": u.role}
+            for u in s.scalars(select(User).order_by(User.username))]
+
+
+def _audit(s: Session, user: User | None, action: str, object_type: str, object_id: int | None,
+           details: dict | None = None) -> None:
+    s.add(AuditLog(user_id=user.id if user else None, username=user.username if user else "",
+                   action=action, object_type=object_type, object_id=object_id, details=details or {}))
+
+
+def audit_frame(s: Session, limit: int = 200) -> pd.DataFrame:
+    """The latest audit entries, newest first."""
+    rows = s.scalars(select(AuditLog).order_by(AuditLog.id.desc()).limit(limit))
+    return pd.DataFrame([{"id": a.id, "at": a.at, "user": a.username, "action": a.action,
+                          "object": a.object_type, "object_id": a.object_id, "details": a.details} for a in rows],
+                        columns=["id", "at", "user", "action", "object", "object_id", "details"])
+
+
+# ================================================================ vocabularies
+def load_vocabulary(s: Session, vocab: Vocabulary, name: str) -> int:
+    """Store ``vocab`` under ``name`` and return its id; idempotent by name (adds only what is new)."""
+    row = s.scalar(select(VocabularyRow).where(VocabularyRow.name == name))
+    inner = {c: n for c, n in vocab.code_names.items() if n not in vocab or c not in vocab.codes.get(n, [])}
+    hierarchy = {"parent": dict(vocab.parent), "code_names": inner}
+    new = row is None
+    if new:
+        row = VocabularyRow(name=name, source=vocab.source or "", language=vocab.language or "zh",
+                            hierarchy=hierarchy)
+        s.add(row)
+        s.flush()
+    elif hierarchy["parent"] and not (row.hierarchy or {}).get("parent"):
+        row.hierarchy = hierarchy
+    known = dict(s.execute(select(Term.name, Term.id).where(Term.vocabulary_id == row.id)).all())
+    fresh = [{"vocabulary_id": row.id, "position": i, "name": n, "code": (vocab.codes.get(n) or [None])[0],
+              "codes": list(vocab.codes.get(n, []))} for i, n in enumerate(vocab.names) if n not in known]
+    if fresh:
+        s.execute(insert(Term), fresh)
+        known = dict(s.execute(select(Term.name, Term.id).where(Term.vocabulary_id == row.id)).all())
+    have = {tuple(r) for r in s.execute(select(Synonym.term_id, Synonym.text).join(Term, Term.id == Synonym.term_id)
+                                        .where(Term.vocabulary_id == row.id))}
+    syns = [{"term_id": known[n], "text": t, "source": "vocabulary"}
+            for n, lst in vocab.synonyms.items() if n in known for t in dict.fromkeys(lst)
+            if (known[n], t) not in have]
+    if syns:
+        s.execute(insert(Synonym), syns)
+    if new or fresh or syns:
+        _audit(s, None, "load" if new else "extend", "vocabulary", row.id,
+               {"name": name, "new_terms": len(fresh), "new_synonyms": len(syns)})
+    s.commit()
+    return row.id
+
+
+def vocabularies(s: Session) -> list[dict]:
+    n_terms = (select(Term.vocabulary_id, func.count().label("n")).group_by(Term.vocabulary_id).subquery())
+    q = (select(VocabularyRow.id, VocabularyRow.name, func.coalesce(n_terms.c.n, 0))
+         .outerjoin(n_terms, n_terms.c.vocabulary_id == VocabularyRow.id).order_by(VocabularyRow.id))
+    return [{"id": i, "name": n, "n_terms": k} for i, n, k in s.execute(q)]
+
+
+def vocabulary_id(s: Session, name: str) -> int | None:
+    return s.scalar(select(VocabularyRow.id).where(VocabularyRow.name == name))
+
+
+def vocabulary_from_db(s: Session, vocabulary_id: int) -> Vocabulary:
+    """Rebuild a termnorm Vocabulary (terms, codes, hierarchy, vocabulary *and* user synonyms)."""
+    row = s.get(VocabularyRow, vocabulary_id)
+    if row is None:
+        raise KeyError(f"no vocabulary {vocabulary_id}")
+    v = Vocabulary(name=row.name, source=row.source, language=row.language)
+    for name, codes in s.execute(select(Term.name, Term.codes).where(Term.vocabulary_id == vocabulary_id)
+                                 .order_by(Term.position, Term.id)):
+        v.add_term(name, codes)
+    for name, text in s.execute(select(Term.name, Synonym.text).join(Synonym, Synonym.term_id == Term.id)
+                                .where(Term.vocabulary_id == vocabulary_id).order_by(Synonym.id)):
+        v.add_synonym(name, text)
+    h = row.hierarchy or {}
+    v.parent.update(h.get("parent", {}))
+    for c, n in h.get("code_names", {}).items():
+        v.code_names.setdefault(c, n)
+    return v
+
+
+def _term_ids(s: Session, vocabulary_id: int, names: Iterable[str]) -> dict[str, int]:
+    names = list(names)
+    if not names:
+        return {}
+    return dict(s.execute(select(Term.name, Term.id)
+                          .where(Term.vocabulary_id == vocabulary_id, Term.name.in_(names))).all())
+
+
+# ================================================================ batches / mentions
+def create_batch(s: Session, name: str, vocabulary_id: int, mentions: Sequence[str | LabelledMention],
+                 username: str | None = None, source_file: str = "") -> int:
+    """A batch of mentions in the given order (``position`` 1..n); returns its id.
+
+    Items may be strings or LabelledMention (gold terms and source row kept).
+    Raises DataFormatError(source, item number, problem) on an empty or too long mention.
+    """
+    if s.get(VocabularyRow, vocabulary_id) is None:
+        raise KeyError(f"no vocabulary {vocabulary_id}")
+    items = [m if isinstance(m, LabelledMention) else LabelledMention(str(m) if m is not None else "", [])
+             for m in mentions]
+    for i, m in enumerate(items, start=1):
+        problem = dbio.validate_mention(m.text)
+        if problem:
+            raise DataFormatError(source_file or name, m.row or i, problem)
+    user = _user(s, username) if username else None
+    b = Batch(name=name, vocabulary_id=vocabulary_id, source_file=source_file,
+              created_by_id=user.id if user else None)
+    s.add(b)
+    s.flush()
+    now = utcnow()
+    if items:
+        s.execute(insert(Mention), [
+            {"batch_id": b.id, "position": i, "text": m.text.strip(), "gold_terms": list(m.terms) or None,
+             "source_row": m.row, "status": "new", "updated_at": now}
+            for i, m in enumerate(items, start=1)])
+    _audit(s, user, "create", "batch", b.id, {"name": name, "n_mentions": len(items), "source_file": source_file})
+    s.commit()
+    return b.id
+
+
+def import_mentions(s: Session, path, batch_name: str, vocabulary_id: int,
+                    username: str | None = None) -> dbio.ImportReport:
+    """Import a CSV / XLSX / CHIP-CDN JSON file (a path or an uploaded file) as a new batch.
+
+    Bad rows are reported (file, row, problem) and skipped; good rows are
+    imported. No batch is created when no row is good. Never raises for bad content.
+    """
+    good, errors = dbio.read_mentions(path)
+    fname = errors[0].file if errors else (str(getattr(path, "name", path)))
+    report = dbio.ImportReport(file=fname, errors=errors)
+    if good:
+        report.batch_id = create_batch(s, batch_name, vocabulary_id, good, username=username, source_file=fname)
+        report.n_ok = len(good)
+    if errors:
+        user = _user(s, username) if username else None
+        _audit(s, user, "import_problems", "batch", report.batch_id,
+               {"file": fname, "n_ok": report.n_ok, "problems": [list(e) for e in errors[:200]]})
+        s.commit()
+    return report
+
+
+def batches(s: Session, vocabulary_id: int | None = None) -> list[dict]:
+    """Batches with their size and how many mentions are done (decided or auto-coded)."""
+    counts = (select(Mention.batch_id, func.count().label("n"),
+                     func.sum(case((Mention.status.in_(FINAL_STATUSES), 1), else_=0)).label("done"))
+              .group_by(Mention.batch_id).subquery())
+    q = (select(Batch.id, Batch.name, Batch.vocabulary_id, Batch.created_at,
+                func.coalesce(counts.c.n, 0), func.coalesce(counts.c.done, 0))
+         .outerjoin(counts, counts.c.batch_id == Batch.id).order_by(Batch.id))
+    if vocabulary_id is not None:
+        q = q.where(Batch.vocabulary_id == vocabulary_id)
+    return [{"id": i, "name": n, "vocabulary_id": v, "created_at": at, "n_mentions": k, "n_done": d}
+            for i, n, v, at, k, d in s.execute(q)]
+
+
+def batch_progress(s: Session, batch_id: int) -> tuple[int, int]:
+    """(mentions decided or auto-coded, all mentions) of a batch."""
+    n, done = s.execute(select(func.count(), func.sum(case((Mention.status.in_(FINAL_STATUSES), 1), else_=0)))
+                        .where(Mention.batch_id == batch_id)).one()
+    return int(done or 0), int(n or 0)
+
+
+def _mention_dict(m: Mention) -> dict:
+    return {"id": m.id, "batch_id": m.batch_id, "position": m.position, "text": m.text, "status": m.status,
+            "gold_terms": list(m.gold_terms or []), "source_row": m.source_row, "confidence": m.confidence}
+
+
+def mention(s: Session, mention_id: int) -> dict:
+    """A mention with its batch / vocabulary, latest decision and decision history (oldest first)."""
+    m = s.get(Mention, mention_id)
+    if m is None:
+        raise KeyError(f"no mention {mention_id}")
+    out = _mention_dict(m)
+    out["vocabulary_id"] = m.batch.vocabulary_id
+    out["batch"] = m.batch.name
+    hist = s.execute(select(Decision, User.username).join(User, User.id == Decision.user_id)
+                     .where(Decision.mention_id == mention_id).order_by(Decision.id)).all()
+    out["decisions"] = [{"id": d.id, "user": u, "at": d.at, "action": d.action, "terms": list(d.terms),
+                         "comment": d.comment, "seconds": d.seconds, "model_version": d.model_version,
+                         "is_latest": d.is_latest} for d, u in hist]
+    out["decision"] = next((d for d in out["decisions"] if d["is_latest"]), None)
+    return out
+
+
+def mentions(s: Session, batch_id: int, status: str | Sequence[str] | None = None) -> list[dict]:
+    """Mentions of a batch in file order, optionally only those with the given status(es)."""
+    q = select(Mention).where(Mention.batch_id == batch_id).order_by(Mention.position)
+    if status is not None:
+        q = q.where(Mention.status.in_([status] if isinstance(status, str) else list(status)))
+    return [_mention_dict(m) for m in s.scalars(q)]
+
+
+def next_mention(s: Session, batch_id: int, username: str, order: str = "file") -> dict | None:
+    """The mention to review next, or None when the batch is finished.
+
+    The first mention in file order without a final decision (status new or
+    suggested); then the skipped ones (also in file order), so skipping never
+    loses a mention. Flagged mentions wait for a lead: they are queued (after the
+    skipped ones) only for users with role lead / admin. Because the queue is
+    derived from the committed statuses, a restarted app resumes where the
+    coder was. ``order="uncertainty"`` serves the least confident stored
+    suggestion first (active learning), unsuggested mentions last.
+    """
+    if order not in ORDERS:
+        raise ValueError(f"unknown order {order!r}; expected one of {', '.join(ORDERS)}")
+    role = s.scalar(select(User.role).where(User.username == username))
+    later = ("skipped", "flagged") if role in ("lead", "admin") else ("skipped",)
+    tier = case((Mention.status.in_(OPEN_STATUSES), 0), (Mention.status == "skipped", 1), else_=2)
+    keys = [tier]
+    if order == "uncertainty":
+        keys += [Mention.confidence.is_(None), Mention.confidence]
+    q = (select(Mention.id, Mention.text, Mention.position, Mention.status)
+         .where(Mention.batch_id == batch_id, Mention.status.in_(OPEN_STATUSES + later))
+         .order_by(*keys, Mention.position).limit(1))
+    r = s.execute(q).first()
+    return None if r is None else {"id": r.id, "text": r.text, "position": r.position, "status": r.status}
+
+
+# ================================================================ suggestions
+def _suggestion_values(mention_id: int, sug: Suggestion) -> tuple[dict, list[dict]]:
+    row = {"mention_id": mention_id, "model_version": str(sug.model_version), "created_at": utcnow(),
+           "predicted_count": int(sug.predicted_count), "confidence": float(sug.confidence),
+           "chosen": [str(t) for t in sug.chosen],
+           "keywords": [asdict(k) if isinstance(k, KeywordSpan) else dict(k) for k in sug.keywords],
+           "parts": [str(p) for p in sug.parts]}
+    cands = [{"rank": r, "term": str(c.term), "term_index": None if c.term_id is None else int(c.term_id),
+              "codes": [str(x) for x in c.codes], "score": float(c.score),
+              "scores": {str(k): float(v) for k, v in (c.scores or {}).items()}}  # numpy floats -> JSON
+             for r, c in enumerate(sug.candidates, start=1)]
+    return row, cands
+
+
+def store_suggestions(s: Session, mention_ids: Sequence[int], suggestions: Sequence[Suggestion]) -> None:
+    """Store the engine's suggestions for many mentions in one transaction (one fsync, not one per mention)."""
+    mention_ids = [int(i) for i in mention_ids]
+    if len(mention_ids) != len(suggestions):
+        raise ValueError("mention_ids and suggestions differ in length")
+    if not mention_ids:
+        return
+    ms = {m.id: m for m in s.scalars(select(Mention).where(Mention.id.in_(mention_ids)))}
+    missing = [i for i in mention_ids if i not in ms]
+    if missing:
+        raise KeyError(f"no mention {missing[0]}")
+    values = [_suggestion_values(mid, sug) for mid, sug in zip(mention_ids, suggestions)]
+    # bulk INSERT ... RETURNING (ids in parameter order): ~10x faster than one ORM object per candidate
+    ids = s.scalars(insert(SuggestionRow).returning(SuggestionRow.id, sort_by_parameter_order=True),
+                    [v for v, _ in values]).all()
+    cands = [dict(c, suggestion_id=sid) for sid, (_, cs) in zip(ids, values) for c in cs]
+    if cands:
+        s.execute(insert(SuggestionCandidate), cands)
+    for mid, sug in zip(mention_ids, suggestions):
+        m = ms[mid]
+        m.confidence = float(sug.confidence)
+        if m.status == "new":
+            m.status = "suggested"
+    s.commit()
+
+
+def store_suggestion(s: Session, mention_id: int, suggestion: Suggestion) -> None:
+    """Store the ranked candidates with every score and the model version (the newest one is used)."""
+    store_suggestions(s, [mention_id], [suggestion])
+
+
+def _latest_suggestion_row(s: Session, mention_id: int) -> SuggestionRow | None:
+    return s.scalar(select(SuggestionRow).where(SuggestionRow.mention_id == mention_id)
+                    .options(selectinload(SuggestionRow.candidates)).order_by(SuggestionRow.id.desc()).limit(1))
+
+
+def latest_suggestion(s: Session, mention_id: int) -> Suggestion | None:
+    """The newest stored suggestion for the mention, as the engine's Suggestion record."""
+    row = _latest_suggestion_row(s, mention_id)
+    if row is None:
+        return None
+    text = s.scalar(select(Mention.text).where(Mention.id == mention_id))
+    cands = [Candidate(term_id=-1 if c.term_index is None else c.term_index, term=c.term, score=c.score,
+                       scores=dict(c.scores), codes=list(c.codes)) for c in row.candidates]
+    return Suggestion(mention=text, candidates=cands, predicted_count=row.predicted_count, chosen=list(row.chosen),
+                      confidence=row.confidence, keywords=[KeywordSpan(**k) for k in row.keywords],
+                      model_version=row.model_version, parts=list(row.parts))
+
+
+# ================================================================ decisions
+def _clean_terms(terms) -> list[str]:
+    if isinstance(terms, str):
+        terms = [terms]
+    out: list[str] = []
+    for t in terms or ():
+        t = str(t).strip()
+        if t and t not in out:
+            out.append(t)
+    return out
+
+
+def record_decision(s: Session, mention_id: int, username: str, action: str, terms: Sequence[str] = (),
+                    comment: str = "", seconds: float = 0.0, *, shown: int | None = None) -> int:
+    """Record a coder's decision atomically and durably; returns the decision id.
+
+    One transaction writes the Decision, its TrainingPairs, the mention's new
+    status and an AuditLog entry, and commits (fsync'ed) before returning; on
+    any error nothing is written.
+
+    * ``accept``  -- ``terms`` (default: the suggestion's chosen terms) become
+      positives (kind ``accepted``);
+    * ``correct`` -- ``terms`` (required) become positives (``corrected``); the
+      shown candidates not chosen become hard negatives (``rejected_candidate``);
+    * ``reject``  -- none of the shown candidates fits: all of them become hard
+      negatives; no terms;
+    * ``skip`` / ``flag`` -- only the comment is kept (no training pairs).
+
+    ``shown`` = how many top candidates the screen displayed (default
+    SHOWN_CANDIDATES). A new decision on a mention supersedes the previous one
+    (its ``is_latest`` and its training pairs' ``active`` are cleared; the
+    history stays).
+    """
+    if action not in DECISION_ACTIONS or action == "auto":
+        raise ValueError(f"unknown action {action!r}; expected accept, correct, reject, skip or flag")
+    terms = _clean_terms(terms)
+    try:
+        m = s.get(Mention, mention_id, with_for_update=True)  # serialises decisions on PostgreSQL
+        if m is None:
+            raise KeyError(f"no mention {mention_id}")
+        vocab_id = m.batch.vocabulary_id
+        user = _user(s, username)
+        sug = _latest_suggestion_row(s, mention_id)
+        if action == "accept" and not terms:
+            if sug is None or not sug.chosen:
+                raise ValueError("accept needs terms: this mention has no suggestion to accept")
+            terms = list(sug.chosen)
+        if action == "correct" and not terms:
+            raise ValueError("correct needs the chosen terms")
+        if action == "reject" and terms:
+            raise ValueError("reject takes no terms (use correct to give the right ones)")
+        if action in ("accept", "correct"):
+            known = _term_ids(s, vocab_id, terms)
+            unknown = [t for t in terms if t not in known]
+            if unknown:
+                raise ValueError(f"not terms of the batch's vocabulary: {', '.join(unknown)}")
+        n_shown = SHOWN_CANDIDATES if shown is None else max(0, int(shown))
+        shown_terms = list(dict.fromkeys(c.term for c in sug.candidates[:n_shown])) if sug else []
+        previous_status = m.status
+        d = Decision(mention_id=m.id, user_id=user.id, suggestion_id=sug.id if sug else None, action=action,
+                     terms=terms, comment=(comment or "").strip(), seconds=max(0.0, float(seconds or 0.0)),
+                     model_version=sug.model_version if sug else None, is_latest=True)
+        s.add(d)
+        s.flush()
+        pairs = _supersede_and_pairs(s, m, d, vocab_id, terms, shown_terms)
+        m.status = STATUS_AFTER[action]
+        _audit(s, user, action, "mention", m.id,
+               {"decision_id": d.id, "terms": terms, "comment": d.comment, "previous_status": previous_status,
+                "model_version": d.model_version, "positives": sum(p["label"] for p in pairs),
+                "hard_negatives": sum(1 - p["label"] for p in pairs)})
+        s.commit()
+    except BaseException:
+        s.rollback()
+        raise
+    return d.id
+
+
+def _supersede_and_pairs(s: Session, m: Mention, d: Decision, vocab_id: int, terms: list[str],
+                         shown_terms: list[str]) -> list[dict]:
+    # "the latest wins": older decisions and their pairs stay for history but stop counting.
+    # Updating rows *other than* the new one after inserting it stays right when two coders
+    # decide the same mention at once (SQLite serialises the two write transactions).
+    s.execute(update(Decision).where(Decision.mention_id == m.id, Decision.id != d.id, Decision.is_latest)
+              .values(is_latest=False))
+    s.execute(update(TrainingPair).where(TrainingPair.mention_id == m.id, TrainingPair.decision_id != d.id,
+                                         TrainingPair.active).values(active=False))
+    kind = {"accept": "accepted", "correct": "corrected"}.get(d.action)
+    pairs = [(t, 1, kind) for t in terms] if kind else []
+    if d.action == "correct":
+        pairs += [(t, 0, "rejected_candidate") for t in shown_terms if t not in terms]
+    elif d.action == "reject":
+        pairs += [(t, 0, "rejected_candidate") for t in shown_terms]
+    rows = [{"vocabulary_id": vocab_id, "mention_id": m.id, "decision_id": d.id, "mention_text": m.text,
+             "term": t, "label": lab, "kind": k, "active": True, "created_at": d.at or utcnow()}
+            for t, lab, k in pairs]
+    if rows:
+        s.execute(insert(TrainingPair), rows)
+    return rows
+
+
+def auto_code(s: Session, batch_id: int, min_confidence: float, username: str) -> int:
+    """Accept every stored suggestion of the batch with confidence >= ``min_confidence``.
+
+    For a lead (``username`` is recorded as the one who triggered it): only
+    mentions still waiting (new / suggested) are touched, each gets an ``auto``
+    decision with the suggestion's chosen terms and status ``auto_coded``. No
+    training pairs: the engine's own guesses are not confirmed labels. The
+    threshold belongs to the caller (it should come from the calibration of the
+    engine's confidence). Returns how many mentions were auto-coded.
+    """
+    user = _user(s, username)
+    latest = (select(SuggestionRow.mention_id, func.max(SuggestionRow.id).label("sid"))
+              .group_by(SuggestionRow.mention_id).subquery())
+    rows = s.execute(select(Mention, SuggestionRow).join(latest, latest.c.mention_id == Mention.id)
+                     .join(SuggestionRow, SuggestionRow.id == latest.c.sid)
+                     .where(Mention.batch_id == batch_id, Mention.status.in_(OPEN_STATUSES),
+                            SuggestionRow.confidence >= float(min_confidence))).all()
+    n = 0
+    for m, sug in rows:
+        if not sug.chosen:
+            continue
+        d = Decision(mention_id=m.id, user_id=user.id, suggestion_id=sug.id, action="auto", terms=list(sug.chosen),
+                     comment="", seconds=0.0, model_version=sug.model_version, is_latest=True)
+        s.add(d)
+        s.flush()
+        _supersede_and_pairs(s, m, d, m.batch.vocabulary_id, [], [])
+        m.status = "auto_coded"
+        n += 1
+    _audit(s, user, "auto_code", "batch", batch_id, {"min_confidence": float(min_confidence), "n": n})
+    s.commit()
+    return n
+
+
+# ================================================================ synonyms / history for the engine
+def add_synonym(s: Session, vocabulary_id: int, term: str, synonym: str, username: str) -> bool:
+    """Store ``synonym`` of ``term`` (by ``username``) plus a positive training pair of kind ``synonym``.
+
+    Returns False (and writes nothing) if the synonym is already known. Raises
+    KeyError for a term not in the vocabulary, ValueError for an empty synonym.
+    """
+    synonym = (synonym or "").strip()
+    term = (term or "").strip()
+    if not synonym or synonym == term:
+        raise ValueError("a synonym must be a non-empty text different from the term")
+    term_id = _term_ids(s, vocabulary_id, [term]).get(term)
+    if term_id is None:
+        raise KeyError(f"{term!r} is not a term of vocabulary {vocabulary_id}")
+    if s.scalar(select(Synonym.id).where(Synonym.term_id == term_id, Synonym.text == synonym)) is not None:
+        return False
+    user = _user(s, username)
+    syn = Synonym(term_id=term_id, text=synonym, source="user", added_by_id=user.id)
+    s.add(syn)
+    s.flush()
+    s.add(TrainingPair(vocabulary_id=vocabulary_id, synonym_id=syn.id, mention_text=synonym, term=term, label=1,
+                       kind="synonym", active=True))
+    _audit(s, user, "add_synonym", "term", term_id, {"term": term, "synonym": synonym})
+    s.commit()
+    return True
+
+
+def user_synonyms(s: Session, vocabulary_id: int) -> list[tuple[str, str]]:
+    """(term, synonym) pairs added by users, oldest first (replay into engine.add_synonym at start-up)."""
+    q = (select(Term.name, Synonym.text).join(Synonym, Synonym.term_id == Term.id)
+         .where(Term.vocabulary_id == vocabulary_id, Synonym.source == "user").order_by(Synonym.id))
+    return [tuple(r) for r in s.execute(q)]
+
+
+def term_synonyms(s: Session, vocabulary_id: int, term: str) -> list[dict]:
+    """Every synonym of one term with its source (vocabulary / user), who added it and when."""
+    q = (select(Synonym.text, Synonym.source, User.username, Synonym.created_at)
+         .join(Term, Term.id == Synonym.term_id).outerjoin(User, User.id == Synonym.added_by_id)
+         .where(Term.vocabulary_id == vocabulary_id, Term.name == term).order_by(Synonym.id))
+    return [{"synonym": t, "source": src, "added_by": u or "", "at": at} for t, src, u, at in s.execute(q)]
+
+
+def coded_mentions(s: Session, vocabulary_id: int) -> list[LabelledMention]:
+    """Mentions whose latest decision accepted or corrected terms: the engine's coded history.
+
+    One per distinct mention text (the most recent decision wins). Auto-coded
+    mentions are left out: feeding the engine its own unconfirmed output back as
+    history would only reinforce its mistakes.
+    """
+    q = (select(Mention.text, Decision.terms, Mention.source_row)
+         .join(Decision, Decision.mention_id == Mention.id).join(Batch, Batch.id == Mention.batch_id)
+         .where(Batch.vocabulary_id == vocabulary_id, Decision.is_latest,
+                Decision.action.in_(("accept", "correct")))
+         .order_by(Decision.id))
+    latest: dict[str, LabelledMention] = {}
+    for text, terms, row in s.execute(q):
+        latest.pop(text, None)
+        latest[text] = LabelledMention(text, list(terms), row)
+    return list(latest.values())
+
+
+def training_pairs_frame(s: Session, vocabulary_id: int | None = None, active_only: bool = True) -> pd.DataFrame:
+    """Confirmed (mention, term, label, kind) pairs for retraining the engine."""
+    q = select(TrainingPair).order_by(TrainingPair.id)
+    if vocabulary_id is not None:
+        q = q.where(TrainingPair.vocabulary_id == vocabulary_id)
+    if active_only:
+        q = q.where(TrainingPair.active)
+    cols = ["id", "vocabulary_id", "mention_id", "decision_id", "mention", "term", "label", "kind", "active",
+            "created_at"]
+    return pd.DataFrame([[p.id, p.vocabulary_id, p.mention_id, p.decision_id, p.mention_text, p.term, p.label,
+                          p.kind, p.active, p.created_at] for p in s.scalars(q)], columns=cols)
+
+
+# ================================================================ reporting / export
+DECISION_COLUMNS = ["decision_id", "batch_id", "batch", "vocabulary", "mention_id", "position", "mention", "action",
+                    "terms", "codes", "user", "at", "seconds", "comment", "model_version", "suggested",
+                    "confidence", "gold_terms", "is_latest"]
+
+
+def decisions_frame(s: Session, batch_id: int | None = None, history: bool = False) -> pd.DataFrame:
+    """One row per mention's latest decision (``history=True``: every decision), in batch / file order.
+
+    ``terms``, ``codes`` (first code of each term, "" when unknown), ``suggested``
+    and ``gold_terms`` are lists; ``confidence`` / ``suggested`` are those of the
+    suggestion the decision answered.
+    """
+    q = (select(Decision, Mention, Batch.name, VocabularyRow.id, VocabularyRow.name, User.username,
+                SuggestionRow.chosen, SuggestionRow.confidence)
+         .join(Mention, Mention.id == Decision.mention_id).join(Batch, Batch.id == Mention.batch_id)
+         .join(VocabularyRow, VocabularyRow.id == Batch.vocabulary_id).join(User, User.id == Decision.user_id)
+         .outerjoin(SuggestionRow, SuggestionRow.id == Decision.suggestion_id)
+         .order_by(Batch.id, Mention.position, Decision.id))
+    if batch_id is not None:
+        q = q.where(Mention.batch_id == batch_id)
+    if not history:
+        q = q.where(Decision.is_latest)
+    rows = s.execute(q).all()
+    codes: dict[tuple[int, str], str] = {}
+    by_vocab: dict[int, set[str]] = {}
+    for r in rows:
+        by_vocab.setdefault(r[3], set()).update(r[0].terms)
+    for vid, names in by_vocab.items():
+        for name, code in s.execute(select(Term.name, Term.code)
+                                    .where(Term.vocabulary_id == vid, Term.name.in_(list(names)))):
+            codes[(vid, name)] = code or ""
+    data = []
+    for d, m, bname, vid, vname, uname, chosen, conf in rows:
+        data.append([d.id, m.batch_id, bname, vname, m.id, m.position, m.text, d.action, list(d.terms),
+                     [codes.get((vid, t), "") for t in d.terms], uname, d.at, d.seconds, d.comment,
+                     d.model_version, list(chosen or []), conf, list(m.gold_terms or []), d.is_latest])
+    return pd.DataFrame(data, columns=DECISION_COLUMNS)
+
+
+def export_decisions(s: Session, batch_id: int | None, fmt: str) -> bytes:
+    """The latest decisions of a batch (None: all batches) as csv, xlsx, jsonl, chip-cdn or fhir (R5 ConceptMap)."""
+    if fmt not in dbio.EXPORT_FORMATS:
+        raise ValueError(f"unknown export format {fmt!r}; expected one of {', '.join(dbio.EXPORT_FORMATS)}")
+    df = decisions_frame(s, batch_id)
+    if batch_id is not None:
+        b = s.get(Batch, batch_id)
+        if b is None:
+            raise KeyError(f"no batch {batch_id}")
+        title, map_id = f"termnorm decisions: {b.name}", f"termnorm-batch-{batch_id}"
+    else:
+        title, map_id = "termnorm decisions", "termnorm-decisions"
+    return dbio.export_frame(df, fmt, title=title, map_id=map_id)
