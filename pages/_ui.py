@@ -1,0 +1,384 @@
+"""Shared pieces of the review app: the cached engine and database, and the keyword highlight markup.
+
+Pages import this module and stay free of SQL and model code: the database
+is reached through :mod:`db.services`, suggestions through
+:class:`EngineHolder`, which wraps the one cached :class:`termnorm.engine.Engine`
+of a vocabulary (loaded once per vocabulary with ``st.cache_resource`` and
+fed at start-up with the coded mentions and user synonyms stored in the
+database, so a restarted app knows everything coders taught it).
+
+The highlight shows the keywords that decide a code (approach A's KAR
+attends to the procedure *site* and *type*; methods.md): every mention and
+candidate text is HTML-escaped first and only then wrapped in
+``<span class="kw kw-<kind>">`` tags, so a mention such as
+``<img src=x onerror=...>`` is displayed as text.
+"""
+
+from __future__ import annotations
+
+import html
+import threading
+import time
+from dataclasses import dataclass
+
+import streamlit as st
+
+from db import services
+from termnorm.engine import Engine, demo_mentions, demo_vocabulary
+from termnorm.records import KEYWORD_KINDS, Candidate, KeywordSpan, Suggestion
+from termnorm.text.normalize import normalize
+
+DEMO_SETS = ("procedures", "diagnoses")
+DEMO_USER = "demo"
+
+# Kinds whose disagreement between mention and candidate is shown as a mismatch:
+# the body site and the procedure / disease type decide the code, while approach,
+# laterality and nature "usually do not" (methods.md, "What makes the task hard").
+MISMATCH_KINDS = ("site", "type")
+
+# Candidates in the coding page's main table; the next ones sit in an expander. 10 = approach A's
+# k_c (recall top-10 feeds the ranker). This many count as "shown": those not chosen become
+# confirmed hard negatives (db.services.record_decision(shown=...)).
+SHOWN = 10
+# Mentions prepared ahead on the coding page. One is enough for the next click; 3 covers a
+# coder skipping a couple, and costs ~20 ms of engine time per page with the demo engine
+# (benchmarks/next_suggestion.py). More would spend CPU on mentions a colleague may take first.
+PREPARE_AHEAD = 3
+
+KIND_LABELS = {"site": "site 部位", "type": "type 类型", "approach": "approach 入路",
+               "laterality": "laterality 侧别", "nature": "nature 性质"}
+
+# Confidence colour bands on the coding page. Display only (no decision depends
+# on them): green from 0.8, the level at which the demo engine's exact-history
+# answers sit (termnorm.engine.SIEVE_CONFIDENCE = 0.97), amber from 0.5.
+CONFIDENCE_BANDS = ((0.8, "high"), (0.5, "medium"), (0.0, "low"))
+
+CSS = """
+<style>
+.kw{border-radius:4px;padding:0 2px;margin:0 1px;border-bottom:2px solid transparent}
+.kw-site{background:#dbeafe;border-color:#2563eb;color:#1e3a8a}
+.kw-type{background:#ffedd5;border-color:#ea580c;color:#7c2d12}
+.kw-approach{background:#ede9fe;border-color:#7c3aed;color:#4c1d95}
+.kw-laterality{background:#ccfbf1;border-color:#0d9488;color:#134e4a}
+.kw-nature{background:#fce7f3;border-color:#db2777;color:#831843}
+.kw-match::after{content:"✓";color:#15803d;font-weight:700;font-size:.75em;margin-left:1px;vertical-align:super}
+.kw-mismatch{outline:2px dashed #dc2626;outline-offset:0}
+.kw-mismatch::after{content:"✗";color:#dc2626;font-weight:700;font-size:.75em;margin-left:1px;vertical-align:super}
+.tn-mention{font-size:1.9rem;line-height:2.6rem;padding:.6rem 1rem;border:1px solid #e5e7eb;
+  border-left:6px solid #2563eb;
+  border-radius:8px;background:#fafafa;word-break:break-all}
+.tn-legend{font-size:.8rem;color:#4b5563}
+.tn-legend .kw{font-size:.8rem}
+.tn-badge{display:inline-block;border-radius:999px;padding:1px 10px;font-size:.85rem;font-weight:600;margin-right:6px}
+.tn-high{background:#dcfce7;color:#166534}
+.tn-medium{background:#fef3c7;color:#92400e}
+.tn-low{background:#fee2e2;color:#991b1b}
+.tn-grey{background:#f3f4f6;color:#374151}
+.tn-chosen{display:inline-block;border:1px solid #16a34a;background:#f0fdf4;border-radius:6px;padding:2px 8px;
+  margin:2px 4px 2px 0}
+table.tn-cands{border-collapse:collapse;width:100%;font-size:.95rem}
+table.tn-cands th{text-align:left;font-weight:600;color:#6b7280;font-size:.78rem;
+  border-bottom:1px solid #e5e7eb;padding:4px 6px}
+table.tn-cands td{border-bottom:1px solid #f3f4f6;padding:5px 6px;vertical-align:middle}
+table.tn-cands tr.tn-pick td{background:#f0fdf4}
+table.tn-cands tr.tn-pick td:first-child{border-left:4px solid #16a34a}
+.tn-code{font-family:ui-monospace,monospace;color:#374151;font-size:.85rem}
+.tn-bar{display:inline-block;height:8px;border-radius:4px;background:#2563eb;vertical-align:middle;margin-right:6px}
+.tn-part{display:inline-block;background:#f3f4f6;border-radius:4px;padding:0 5px;margin:1px 2px;
+  font-size:.78rem;color:#374151}
+.tn-miss{color:#9ca3af;font-size:.78rem}
+.tn-keys{font-size:.8rem;color:#6b7280}
+.tn-keys kbd{border:1px solid #d1d5db;border-bottom-width:2px;border-radius:4px;padding:0 4px;font-size:.8rem;background:#fff}
+</style>
+"""
+
+
+# ---------------------------------------------------------------------------------- markup
+def esc(text: str) -> str:
+    """HTML-escape (quotes too) and flatten newlines, so text can sit inside one-line HTML blocks."""
+    return html.escape(" ".join(str(text).splitlines()), quote=True)
+
+
+def keyword_key(span: KeywordSpan) -> str:
+    """What two keywords must share to be "the same": normalized text, a type without its
+    trailing 术 (mentions write 切除 / 探查 / 清扫 where terms write 切除术 / 探查术 / 清扫术)."""
+    text = normalize(span.text)
+    return text.removesuffix("术") or text if span.kind == "type" else text
+
+
+def compare_keywords(mention_spans: list[KeywordSpan], term_spans: list[KeywordSpan]) -> list[str | None]:
+    """Per keyword of a candidate term: ``"match"``, ``"mismatch"`` or None (nothing to compare).
+
+    A keyword matches when the mention has a keyword of the same kind with the
+    same text (:func:`keyword_key`); it mismatches when the mention has keywords of that
+    kind, none with this text, and the kind is one of :data:`MISMATCH_KINDS`
+    (a different site or type usually means a different code).
+    """
+    mine: dict[str, set[str]] = {}
+    for s in mention_spans:
+        mine.setdefault(s.kind, set()).add(keyword_key(s))
+    out: list[str | None] = []
+    for s in term_spans:
+        have = mine.get(s.kind)
+        if not have:
+            out.append(None)
+        elif keyword_key(s) in have:
+            out.append("match")
+        else:
+            out.append("mismatch" if s.kind in MISMATCH_KINDS else None)
+    return out
+
+
+def missing_keywords(mention_spans: list[KeywordSpan], term_spans: list[KeywordSpan]) -> list[KeywordSpan]:
+    """Site / type keywords of the mention that the candidate lacks (shown greyed after the term)."""
+    have = {(s.kind, keyword_key(s)) for s in term_spans}
+    seen, out = set(), []
+    for s in mention_spans:
+        key = (s.kind, keyword_key(s))
+        if s.kind in MISMATCH_KINDS and key not in have and key not in seen:
+            seen.add(key)
+            out.append(s)
+    return out
+
+
+def highlight_html(text: str, spans: list[KeywordSpan], marks: list[str | None] | None = None) -> str:
+    """``text`` escaped, with each keyword span wrapped in ``<span class="kw kw-<kind> [kw-match|kw-mismatch]">``.
+
+    Overlapping or out-of-range spans are skipped (the first, longest wins).
+    """
+    order = sorted(range(len(spans)), key=lambda i: (spans[i].start, -spans[i].end))
+    out, pos = [], 0
+    for i in order:
+        sp = spans[i]
+        if sp.start < pos or sp.end > len(text) or sp.start >= sp.end:
+            continue
+        kind = sp.kind if sp.kind in KEYWORD_KINDS else "other"
+        mark = marks[i] if marks else None
+        cls = f"kw kw-{kind}" + (f" kw-{mark}" if mark else "")
+        title = kind + (f" ({mark})" if mark else "")
+        out.append(esc(text[pos:sp.start]))
+        out.append(f'<span class="{cls}" title="{title}">{esc(text[sp.start:sp.end])}</span>')
+        pos = sp.end
+    out.append(esc(text[pos:]))
+    return "".join(out)
+
+
+def legend_html(candidates: bool = True) -> str:
+    """Colour key of the keyword kinds (and of the ✓ / ✗ marks when candidates are compared)."""
+    chips = " ".join(f'<span class="kw kw-{k}">{esc(KIND_LABELS[k])}</span>' for k in KEYWORD_KINDS)
+    marks = (' &nbsp;·&nbsp; in candidates: <span class="kw kw-site kw-match">same as mention</span> '
+             '<span class="kw kw-site kw-mismatch">different site / type</span>') if candidates else ""
+    return f'<div class="tn-legend">Keywords: {chips}{marks}</div>'
+
+
+def confidence_badge(conf: float) -> str:
+    band = next(b for lo, b in CONFIDENCE_BANDS if conf >= lo)
+    return f'<span class="tn-badge tn-{band}" title="calibrated confidence">confidence {conf:.0%}</span>'
+
+
+def candidate_table_html(cands: list[Candidate], mention_spans: list[KeywordSpan], chosen: list[str],
+                         tag, start: int = 1) -> str:
+    """The ranked candidates as one HTML table: rank, code, highlighted term, fused score and its parts."""
+    if not cands:
+        return '<div class="tn-legend">No candidate.</div>'
+    top = max((c.score for c in cands), default=1.0) or 1.0
+    ranked = any("ranker" in c.scores for c in cands)  # the lexical-only engine has no ranker column
+    rows = []
+    for r, c in enumerate(cands, start=start):
+        spans = tag(c.term)
+        marks = compare_keywords(mention_spans, spans)
+        term = highlight_html(c.term, spans, marks)
+        miss = missing_keywords(mention_spans, spans)
+        if miss:
+            term += ' <span class="tn-miss">lacks ' + ", ".join(esc(s.text) for s in miss) + "</span>"
+        parts = "".join(f'<span class="tn-part">{esc(k)} {v:.2f}</span>'
+                        for k, v in sorted(c.scores.items()) if k != "ranker")
+        ranker = (f'<td>{c.scores["ranker"]:.2f}</td>' if "ranker" in c.scores else "<td>–</td>") if ranked else ""
+        width = max(2, int(60 * max(0.0, c.score) / top))
+        cls = ' class="tn-pick"' if c.term in chosen else ""
+        rows.append(f'<tr{cls}><td>{r}</td><td class="tn-code">{esc(", ".join(c.codes))}</td><td>{term}</td>'
+                    f'<td><span class="tn-bar" style="width:{width}px"></span>{c.score:.2f}</td>'
+                    f"<td>{parts}</td>{ranker}</tr>")
+    head = ("<tr><th>#</th><th>code</th><th>term</th><th>fused score</th><th>found by (recall scores)</th>"
+            + ("<th>ranker</th>" if ranked else "") + "</tr>")
+    return f'<table class="tn-cands">{head}{"".join(rows)}</table>'
+
+
+def style() -> None:
+    """Inject the page CSS (a style-only st.html is applied without taking space)."""
+    st.html(CSS)
+
+
+def markup(html_text: str) -> None:
+    """Render trusted markup built by this module (all user text inside is escaped)."""
+    st.markdown(html_text, unsafe_allow_html=True)
+
+
+# ---------------------------------------------------------------------------------- database
+def db_url() -> str:
+    return services.database_url()
+
+
+@st.cache_resource(show_spinner="Preparing the database…")
+def ready_database(url: str) -> str:
+    """Migrate the database; on first run with no vocabulary, seed the embedded demo data."""
+    services.init_db(url)
+    with services.session_scope(url) as s:
+        if not services.vocabularies(s):
+            seed_demo(s)
+    return url
+
+
+def seed_demo(s) -> list[int]:
+    """Two demo vocabularies with one batch each (mention texts only: the gold answers stay hidden)."""
+    ids = []
+    for which in DEMO_SETS:
+        vid = services.load_vocabulary(s, demo_vocabulary(which), f"demo-{which}")
+        texts = [m.text for m in demo_mentions(which)]
+        ids.append(services.create_batch(s, f"demo {which}", vid, texts, username=DEMO_USER,
+                                         source_file="assets/demo/mentions.csv"))
+    return ids
+
+
+def session():
+    """A database session (commit on success); every page call goes through one of these."""
+    return services.session_scope(db_url())
+
+
+# ---------------------------------------------------------------------------------- engine
+class EngineHolder:
+    """The cached engine of one vocabulary plus what the app needs around it.
+
+    * a lock: Streamlit serves every browser session from its own thread and
+      the engine's history index is mutated by decisions;
+    * ``revision``: bumped whenever the engine learns (coded mention, synonym);
+      a suggestion remembers the revision it was computed at;
+    * staleness: a stored suggestion is recomputed before it is shown when the
+      engine has since learned the *same* mention text (approach E's sieve
+      answers it exactly, so showing the old suggestion would be wrong). Other
+      upcoming suggestions are refreshed by :meth:`prepare` after the page is
+      drawn, so similar mentions pick up the new history too.
+    """
+
+    def __init__(self, engine: Engine, vocabulary_id: int):
+        self.engine = engine
+        self.vocabulary_id = vocabulary_id
+        self.lock = threading.RLock()
+        self.revision = 0
+        self._computed: dict[int, int] = {}  # mention id -> revision its stored suggestion was computed at
+        self._learned: dict[str, int] = {}  # normalized text -> revision it was learned at
+
+    # -- suggestions
+    def suggest_and_store(self, s, mention_ids: list[int], texts: list[str], progress=None) -> list[Suggestion]:
+        """Suggest for many mentions (engine.suggest_batch) and store them in one transaction."""
+        with self.lock:
+            rev = self.revision
+            sugs = self.engine.suggest_batch(texts, progress=progress)
+        services.store_suggestions(s, mention_ids, sugs)
+        for mid in mention_ids:
+            self._computed[mid] = rev
+        return sugs
+
+    def is_stale(self, mention_id: int, text: str) -> bool:
+        return self._learned.get(normalize(text), -1) > self._computed.get(mention_id, 0)
+
+    def suggestion(self, s, mention_id: int, text: str) -> Suggestion:
+        """The stored suggestion (a DB read), computed now if missing or stale."""
+        sug = services.latest_suggestion(s, mention_id)
+        if sug is None or self.is_stale(mention_id, text):
+            sug = self.suggest_and_store(s, [mention_id], [text])[0]
+        return sug
+
+    def prepare(self, s, batch_id: int, current_id: int, n: int) -> int:
+        """Store suggestions for the next ``n`` open mentions after ``current_id`` that lack a fresh one."""
+        upcoming = [m for m in services.mentions(s, batch_id, status=services.OPEN_STATUSES)
+                    if m["id"] != current_id][:n]
+        todo = [m for m in upcoming if m["status"] == "new" or self._computed.get(m["id"], 0) < self.revision]
+        if todo:
+            self.suggest_and_store(s, [m["id"] for m in todo], [m["text"] for m in todo])
+        return len(todo)
+
+    # -- learning
+    def learn(self, mention: str, terms: list[str]) -> None:
+        with self.lock:
+            self.engine.add_coded_mention(mention, list(terms))
+            self.revision += 1
+            self._learned[normalize(mention)] = self.revision
+
+    def learn_synonym(self, term: str, synonym: str) -> None:
+        with self.lock:
+            self.engine.add_synonym(term, synonym)
+            self.revision += 1
+            self._learned[normalize(synonym)] = self.revision
+
+    # -- look-ups
+    def tag(self, text: str) -> list[KeywordSpan]:
+        with self.lock:
+            return self.engine.tag(text)
+
+    def search(self, query: str, limit: int = 10) -> list[Candidate]:
+        with self.lock:
+            return self.engine.search_vocabulary(query, limit=limit)
+
+
+def build_holder(url: str, vocabulary_id: int) -> EngineHolder:
+    """Engine of a stored vocabulary, fed with the coded mentions and user synonyms of the database."""
+    with services.session_scope(url) as s:
+        vocab = services.vocabulary_from_db(s, vocabulary_id)
+        history = services.coded_mentions(s, vocabulary_id)
+        synonyms = services.user_synonyms(s, vocabulary_id)
+    engine = Engine(vocab, history=history)
+    for term, syn in synonyms:  # already in the vocabulary; this also puts them in the sieve
+        engine.add_synonym(term, syn)
+    return EngineHolder(engine, vocabulary_id)
+
+
+@st.cache_resource(show_spinner="Loading the engine for this vocabulary…")
+def engine_holder(url: str, vocabulary_id: int) -> EngineHolder:
+    return build_holder(url, vocabulary_id)
+
+
+# ---------------------------------------------------------------------------------- shared state
+@dataclass
+class Context:
+    url: str
+    username: str
+    vocabulary_id: int | None
+    batch_id: int | None
+
+    def holder(self) -> EngineHolder:
+        return engine_holder(self.url, self.vocabulary_id)
+
+
+def context() -> Context:
+    """What app.py's sidebar chose: user, vocabulary, batch."""
+    ss = st.session_state
+    return Context(db_url(), (ss.get("username") or "").strip() or "coder", ss.get("vocabulary_id"),
+                   ss.get("batch_id"))
+
+
+def decide(ctx: Context, mention_id: int, text: str, action: str, terms=(), comment: str = "",
+           shown: int | None = None) -> int:
+    """Record a decision durably, THEN teach the engine (accept / correct), so a crash never leaves
+    the engine knowing something the database does not. Returns the decision id."""
+    started = st.session_state.get(f"shown_at_{mention_id}")
+    seconds = time.time() - started if started else 0.0
+    with session() as s:
+        did = services.record_decision(s, mention_id, ctx.username, action, list(terms), comment, seconds,
+                                       shown=shown)
+    if action in ("accept", "correct") and terms:
+        ctx.holder().learn(text, list(terms))
+    return did
+
+
+def flash(kind: str, message: str) -> None:
+    """A message to show on the next run (callbacks cannot draw where the page wants it)."""
+    st.session_state.setdefault("_flash", []).append((kind, message))
+
+
+def show_flash() -> None:
+    for kind, message in st.session_state.pop("_flash", []):
+        if kind == "error":
+            st.error(message)
+        else:
+            st.toast(message)

@@ -1,0 +1,336 @@
+"""The review app end to end with Streamlit's AppTest: real pages, real engine, a real SQLite file.
+
+Every action on the coding page is checked in the database rows it writes
+(decision, training pairs, mention status, synonyms); import, restart and
+resume, HTML escaping and the engine learning from a correction are checked
+through the pages as a coder would meet them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+from db import services
+from termnorm.engine import demo_mentions
+
+REPO = Path(__file__).resolve().parents[1]
+APP = str(REPO / "app.py")
+TIMEOUT = 60  # the first run of a process loads jieba and builds the engine (~6 s on 2 busy cores)
+
+
+@pytest.fixture
+def db_url(tmp_path, monkeypatch):
+    url = f"sqlite:///{tmp_path / 'app.sqlite3'}"
+    monkeypatch.setenv("TERMNORM_DB_URL", url)
+    yield url
+    services.dispose(url)
+
+
+def start(**query) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    for k, v in query.items():
+        at.query_params[k] = str(v)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def rerun(at: AppTest) -> AppTest:
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def current_id(at: AppTest) -> int:
+    """The mention on screen: its terms box is keyed ``terms_<mention id>``."""
+    keys = [w.key for w in at.multiselect if w.key and w.key.startswith("terms_")]
+    assert len(keys) == 1, keys
+    return int(keys[0].split("_")[1])
+
+
+def latest(url: str, mention_id: int) -> dict:
+    with services.session_scope(url) as s:
+        return services.mention(s, mention_id)
+
+
+def pairs(url: str, mention_id: int) -> list[tuple[str, int, str]]:
+    with services.session_scope(url) as s:
+        df = services.training_pairs_frame(s)
+    df = df[df.mention_id == mention_id]
+    return sorted(zip(df.term, df.label, df.kind))
+
+
+def suggestion(url: str, mention_id: int):
+    with services.session_scope(url) as s:
+        return services.latest_suggestion(s, mention_id)
+
+
+def add_batch(url: str, texts: list[str], name: str = "test batch") -> int:
+    with services.session_scope(url) as s:
+        return services.create_batch(s, name, services.vocabulary_id(s, "demo-procedures"), texts)
+
+
+# ----------------------------------------------------------------------------- start-up
+def test_first_run_seeds_demo_data_without_gold(db_url):
+    at = start()
+    with services.session_scope(db_url) as s:
+        vocabs = {v["name"]: v["n_terms"] for v in services.vocabularies(s)}
+        bl = services.batches(s)
+        first = services.mentions(s, bl[0]["id"])
+    assert set(vocabs) == {"demo-procedures", "demo-diagnoses"} and min(vocabs.values()) > 100
+    assert [b["n_mentions"] for b in bl] == [len(demo_mentions("procedures")), len(demo_mentions("diagnoses"))]
+    assert all(not m["gold_terms"] for m in first)  # gold answers stay out of the coders' way
+    assert first[0]["text"] == demo_mentions("procedures")[0].text
+    assert current_id(at) == first[0]["id"]
+    assert "Mention #1 of" in at.caption[0].value
+    # the suggestion was stored with its ranked candidates and the next mentions prepared ahead
+    assert suggestion(db_url, first[0]["id"]).candidates
+    assert suggestion(db_url, first[1]["id"]) is not None
+
+
+# ----------------------------------------------------------------------------- decisions
+def test_accept_records_engine_terms(db_url):
+    at = start()
+    mid = current_id(at)
+    chosen = suggestion(db_url, mid).chosen
+    assert chosen
+    at.button(key=f"accept_{mid}").click()
+    rerun(at)
+    m = latest(db_url, mid)
+    assert m["status"] == "decided"
+    d = m["decision"]
+    assert (d["action"], d["terms"], d["user"]) == ("accept", chosen, "coder") and d["seconds"] >= 0
+    assert pairs(db_url, mid) == sorted((t, 1, "accepted") for t in chosen)
+    assert current_id(at) != mid and "Mention #2 of" in at.caption[0].value
+
+
+def test_correct_with_a_different_candidate(db_url):
+    at = start()
+    at.sidebar.text_input(key="_username").set_value("alice")
+    rerun(at)
+    mid = current_id(at)
+    sug = suggestion(db_url, mid)
+    other = next(c.term for c in sug.candidates if c.term not in sug.chosen)
+    at.multiselect(key=f"terms_{mid}").set_value([other])
+    at.button(key=f"save_{mid}").click()
+    rerun(at)
+    d = latest(db_url, mid)["decision"]
+    assert (d["action"], d["terms"], d["user"]) == ("correct", [other], "alice")
+    got = pairs(db_url, mid)
+    assert (other, 1, "corrected") in got
+    for t in sug.chosen:  # the engine's wrong answer, shown and not chosen: a confirmed hard negative
+        assert (t, 0, "rejected_candidate") in got
+
+
+def test_pick_two_terms(db_url):
+    at = start()
+    mid = current_id(at)
+    two = [c.term for c in suggestion(db_url, mid).candidates[:2]]
+    at.multiselect(key=f"terms_{mid}").set_value(two)
+    at.button(key=f"save_{mid}").click()
+    rerun(at)
+    d = latest(db_url, mid)["decision"]
+    assert d["action"] == "correct" and d["terms"] == two
+    assert [p for p in pairs(db_url, mid) if p[1] == 1] == sorted((t, 1, "corrected") for t in two)
+
+
+def test_search_the_vocabulary_and_pick(db_url):
+    at = start()
+    mid = current_id(at)
+    shown = {c.term for c in suggestion(db_url, mid).candidates}
+    at.text_input(key=f"q_{mid}").set_value("胆囊切除")
+    rerun(at)
+    picks = [b for b in at.button if b.key and b.key.startswith(f"pick_{mid}_")]
+    assert picks, "no search result"
+    at.button(key=f"clear_{mid}").click()  # reject the candidates: only the searched term is kept
+    rerun(at)
+    assert at.multiselect(key=f"terms_{mid}").value == []
+    at.button(key=f"pick_{mid}_0").click()
+    rerun(at)
+    picked = at.multiselect(key=f"terms_{mid}").value
+    assert len(picked) == 1 and "胆囊" in picked[0] and picked[0] not in shown
+    at.button(key=f"save_{mid}").click()
+    rerun(at)
+    d = latest(db_url, mid)["decision"]
+    assert d["action"] == "correct" and d["terms"] == picked
+    assert (picked[0], 1, "corrected") in pairs(db_url, mid)
+
+
+def test_reject_none_fits(db_url):
+    at = start()
+    mid = current_id(at)
+    shown = [c.term for c in suggestion(db_url, mid).candidates[:10]]
+    at.button(key=f"reject_{mid}").click()
+    rerun(at)
+    d = latest(db_url, mid)["decision"]
+    assert d["action"] == "reject" and d["terms"] == []
+    assert pairs(db_url, mid) == sorted((t, 0, "rejected_candidate") for t in dict.fromkeys(shown))
+
+
+def test_add_synonym_teaches_engine(db_url):
+    at = start()
+    mid = current_id(at)
+    text = latest(db_url, mid)["text"]
+    sug = suggestion(db_url, mid)
+    target = next(c.term for c in sug.candidates if c.term not in sug.chosen)
+    at.selectbox(key=f"syn_term_{mid}").set_value(target)
+    assert at.text_input(key=f"syn_text_{mid}").value == text  # the mention is the default synonym
+    at.button(key=f"syn_add_{mid}").click()
+    rerun(at)
+    with services.session_scope(db_url) as s:
+        vid = services.vocabulary_id(s, "demo-procedures")
+        assert (target, text) in services.user_synonyms(s, vid)
+        tp = services.training_pairs_frame(s, vid)
+    assert ((tp.kind == "synonym") & (tp.term == target) & (tp.mention == text)).sum() == 1
+    # same mention still on screen, now suggested the taught term (engine.add_synonym took effect)
+    assert current_id(at) == mid
+    assert suggestion(db_url, mid).chosen == [target]
+    assert at.multiselect(key=f"terms_{mid}").value == [target]
+
+
+def test_skip_moves_on_and_comes_back_last(db_url):
+    at = start()
+    mid = current_id(at)
+    at.button(key=f"skip_{mid}").click()
+    rerun(at)
+    m = latest(db_url, mid)
+    assert m["status"] == "skipped" and m["decision"]["action"] == "skip"
+    assert pairs(db_url, mid) == []
+    assert current_id(at) != mid
+
+
+def test_flag_needs_a_comment(db_url):
+    at = start()
+    mid = current_id(at)
+    at.button(key=f"flag_{mid}").click()
+    rerun(at)
+    assert latest(db_url, mid)["decision"] is None
+    assert any("comment" in e.value for e in at.error)
+    at.text_input(key=f"comment_{mid}").set_value("两个部位，请组长确认")
+    at.button(key=f"flag_{mid}").click()
+    rerun(at)
+    m = latest(db_url, mid)
+    assert m["status"] == "flagged"
+    assert (m["decision"]["action"], m["decision"]["comment"]) == ("flag", "两个部位，请组长确认")
+    assert current_id(at) != mid
+
+
+# ----------------------------------------------------------------------------- import / export
+def test_import_malformed_file_reports_bad_rows_and_keeps_good_ones(db_url):
+    at = start()
+    at.switch_page("pages/import_export.py")
+    rerun(at)
+    data = ("mention,terms\n"
+            "右侧腹股沟斜疝无张力修补术,\n"
+            ",甲状腺全部切除术\n"
+            f"{'很长' * 300},\n"
+            "经尿道前列腺电切术,\n").encode("utf-8")
+    at.file_uploader(key="upload").set_value(("ward7_bad.csv", data, "text/csv"))
+    at.text_input(key="batch_name").set_value("ward 7")
+    rerun(at)
+    at.button[0].click()  # Import
+    rerun(at)
+    report = at.dataframe[0].value
+    assert list(report.columns) == ["file", "row", "problem"]
+    assert set(report.file) == {"ward7_bad.csv"} and sorted(report.row) == [3, 4]
+    assert any("2 mention(s) imported" in s.value for s in at.success)
+    with services.session_scope(db_url) as s:
+        b = next(b for b in services.batches(s) if b["name"] == "ward 7")
+        texts = [m["text"] for m in services.mentions(s, b["id"])]
+    assert texts == ["右侧腹股沟斜疝无张力修补术", "经尿道前列腺电切术"]
+    assert at.session_state["batch_id"] == b["id"]  # the sidebar moved to the new batch
+    # pre-suggest the whole batch: every mention gets a stored suggestion
+    at.button(key="suggest_all").click()
+    rerun(at)
+    with services.session_scope(db_url) as s:
+        assert all(services.latest_suggestion(s, m["id"]) is not None for m in services.mentions(s, b["id"]))
+
+
+# ----------------------------------------------------------------------------- restart, escaping, learning
+def test_restart_resumes_at_next_undecided_mention(db_url):
+    at = start()
+    first = current_id(at)
+    at.button(key=f"accept_{first}").click()
+    rerun(at)
+    second = current_id(at)
+    sug = suggestion(db_url, second)
+    other = next(c.term for c in sug.candidates if c.term not in sug.chosen)
+    at.multiselect(key=f"terms_{second}").set_value([other])
+    at.button(key=f"save_{second}").click()
+    rerun(at)
+    third = current_id(at)
+
+    # a new process: no cached engine, no open database connection
+    st.cache_resource.clear()
+    services.dispose(db_url)
+    at2 = start()
+    assert current_id(at2) == third
+    assert "Mention #3 of" in at2.caption[0].value
+    with services.session_scope(db_url) as s:
+        df = services.decisions_frame(s)
+    assert list(zip(df.mention_id, df.action)) == [(first, "accept"), (second, "correct")]
+    # the rebuilt engine was fed the coded mentions: the corrected one now gets the coder's term
+    from pages import _ui
+
+    holder = _ui.engine_holder(db_url, at2.session_state["vocabulary_id"])
+    assert holder.engine.suggest(latest(db_url, second)["text"]).chosen == [other]
+
+
+def test_html_in_a_mention_is_escaped(db_url):
+    start()  # seeds the demo data
+    hostile = '<img src=x onerror="alert(1)">右侧甲状腺肿块<script>alert(2)</script>'
+    bid = add_batch(db_url, [hostile, "甲状腺全切术"], name="hostile")
+    at = start(batch=bid)
+    assert at.session_state["batch_id"] == bid
+    html = next(m.value for m in at.markdown if 'class="tn-mention"' in m.value)
+    assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in html
+    assert "&lt;script&gt;alert(2)&lt;/script&gt;" in html
+    assert "<img" not in html and "<script" not in html
+    assert 'class="kw kw-site"' in html  # keywords still highlighted around the escaped text
+    assert all("<script" not in m.value and "<img" not in m.value for m in at.markdown)
+
+
+def test_correction_changes_the_suggestion_for_the_same_mention(db_url):
+    start()
+    text = "甲状腺肿物切除"
+    bid = add_batch(db_url, [text, text, "胆囊切除术"], name="duplicates")
+    at = start(batch=bid)
+    first = current_id(at)
+    sug = suggestion(db_url, first)
+    other = next(c.term for c in sug.candidates if c.term not in sug.chosen)
+    at.multiselect(key=f"terms_{first}").set_value([other])
+    at.button(key=f"save_{first}").click()
+    rerun(at)
+    second = current_id(at)
+    assert second != first and latest(db_url, second)["text"] == text
+    # prepared before the correction, recomputed before being shown
+    assert suggestion(db_url, second).chosen == [other]
+    assert at.multiselect(key=f"terms_{second}").value == [other]
+    assert any(other in m.value and "Suggested" in m.value for m in at.markdown)
+
+
+# ----------------------------------------------------------------------------- vocabulary browser
+def test_vocabulary_browser_shows_codes_and_user_synonyms(db_url):
+    at = start()
+    mid = current_id(at)
+    target = suggestion(db_url, mid).chosen[0]
+    at.text_input(key=f"syn_text_{mid}").set_value("甲状腺肿块切")
+    at.selectbox(key=f"syn_term_{mid}").set_value(target)
+    at.button(key=f"syn_add_{mid}").click()
+    rerun(at)
+    at.switch_page("pages/vocabulary_browser.py")
+    rerun(at)
+    at.text_input(key="vocab_q").set_value(target)
+    rerun(at)
+    results = at.dataframe[0].value
+    assert results.term.iloc[0] == target and results.code.iloc[0]
+    at.selectbox(key="vocab_term").set_value(target)
+    rerun(at)
+    syn = at.dataframe[1].value
+    row = syn[syn.synonym == "甲状腺肿块切"]
+    assert len(row) == 1 and (row.iloc[0]["source"], row.iloc[0]["added_by"]) == ("user", "coder")
+    assert row.iloc[0]["at"] is not None
