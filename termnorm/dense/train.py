@@ -1,0 +1,631 @@
+"""Train the dense-recall bi-encoder; ``python -m termnorm.dense.train`` writes a model folder.
+
+Three objectives, selectable so a benchmark can compare them (methods.md):
+
+=================  ==========================================================  ==========================
+objective          what one step optimises                                     negatives
+=================  ==========================================================  ==========================
+``"nce"``          symmetric in-batch InfoNCE, mention->term and term->mention  HD-sampled from the previous
+(approach D)       (sentence-transformers ``MultipleNegativesRankingLoss``,    model's wrong predictions,
+                   both directions, per-direction softmax, scale 20 = tau     P ∝ exp(sim/tau); epoch 0
+                   0.05) + 3 hard negative terms per mention                   from the untrained model;
+                                                                                E-FN drops those >= beta
+``"batch_hard"``   batch-hard soft-margin triplet over names, synonyms and     hardest in-batch (online)
+(approach E)       coded mentions labelled with their term(s)
+``"triplet_online"`` ``TripletLoss`` (Euclidean, margin 1), 4 negatives per    random in epoch 1, then the
+(approach A)       mention                                                     4 nearest non-gold terms
+=================  ==========================================================  ==========================
+
+``data``: ``"labelled"`` (mention -> gold term pairs), ``"vocab"`` (synonym ->
+name pairs; names + synonyms for batch_hard) or ``"both"``. For batch_hard,
+``"labelled"`` also includes the names of the terms the mentions use (the
+search target), and ``"both"`` repeats the mentions so |D|/|O| ≈ 1/3
+(approach E's mixing ratio).
+
+The count head (1 / 2 / >=3 terms, approach A) is trained *jointly*: its
+cross-entropy on the mention embeddings of each batch is added to the
+objective's loss (approach A's "triplet + CE"), which the hand-written loop
+below makes trivial. After training the head is *refitted* on the final
+mention embeddings (cheap: they are encoded for the final evaluation anyway),
+because a CPU-budget run of a few dozen steps leaves the joint head at the
+majority class. With ``data="vocab"`` there are no mentions in the batches, so
+the head is only fitted afterwards on frozen embeddings of the labelled
+mentions (:func:`~termnorm.dense.biencoder.fit_count_head`).
+
+Why a hand-written loop rather than ``SentenceTransformerTrainer``: the
+trainer needs ``datasets`` + ``accelerate`` (not dependencies here), and every
+objective here re-mines negatives or rebuilds batches each epoch; the loop calls
+the sentence-transformers losses' ``compute_loss_from_embeddings`` directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from termnorm.dense.biencoder import (
+    BiEncoder,
+    autocast_for,
+    count_class,
+    count_features,
+    fit_count_head,
+    fit_count_head_vectors,
+)
+from termnorm.dense.index import TermIndex
+from termnorm.dense.mining import (
+    calibrate_efn_beta,
+    compose_batches,
+    gold_mask,
+    label_batches,
+    random_negatives,
+    sample_hard_negatives,
+    top_k_similar,
+)
+from termnorm.records import LabelledMention
+from termnorm.text.normalize import normalize
+from termnorm.vocabulary import Vocabulary
+
+OBJECTIVES = ("nce", "batch_hard", "triplet_online")
+DATA = ("labelled", "vocab", "both")
+IGNORE = -100
+
+
+# --------------------------------------------------------------------------- data
+@dataclass
+class Queries:
+    """Unique training anchors (mentions / synonyms) with their gold term ids."""
+
+    texts: list[str]
+    gold: list[set[int]]
+    count: list[int]  # count class for the head, IGNORE for synonyms
+
+
+def gold_ids(vocab: Vocabulary, terms: Sequence[str]) -> list[int]:
+    return [t for t in (vocab.get_id(x) for x in terms) if t is not None]
+
+
+def build_queries(vocab: Vocabulary, train: Sequence[LabelledMention], data: str) -> Queries:
+    """Mentions merged by normalized text (gold = union), plus synonyms -> their term when data includes the vocab."""
+    by_key: dict[str, int] = {}
+    q = Queries([], [], [])
+
+    def put(text: str, ids: list[int], count: int):
+        key = normalize(text)
+        if not key or not ids:
+            return
+        i = by_key.get(key)
+        if i is None:
+            by_key[key] = len(q.texts)
+            q.texts.append(text)
+            q.gold.append(set(ids))
+            q.count.append(count)
+        else:
+            q.gold[i].update(ids)
+            if count != IGNORE:
+                q.count[i] = count_class(len(q.gold[i]))
+
+    if data in ("labelled", "both"):
+        for m in train:
+            ids = gold_ids(vocab, m.terms)
+            put(m.text, ids, count_class(len(ids)))
+    if data in ("vocab", "both"):
+        for name, syns in vocab.synonyms.items():
+            for s in syns:
+                put(s, [vocab.index(name)], IGNORE)
+    return q
+
+
+def _check(objective: str, data: str):
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, not {objective!r}")
+    if data not in DATA:
+        raise ValueError(f"data must be one of {DATA}, not {data!r}")
+
+
+# --------------------------------------------------------------------------- evaluation
+def evaluate_recall(encoder: BiEncoder, vocab: Vocabulary, mentions: Sequence[LabelledMention],
+                    ks: Sequence[int] = (1, 10, 20), form_vecs: np.ndarray | None = None,
+                    query_vecs: np.ndarray | None = None) -> dict:
+    """recall@k = share of mentions whose *whole* gold set is in the top k terms (data/README.md's definition).
+
+    Terms are scored by their best surface form (names + synonyms). A gold name
+    missing from the vocabulary makes its mention a miss.
+    """
+    texts, ids = vocab.surface_forms()
+    if form_vecs is None:
+        form_vecs = encoder.encode_terms(texts)
+    index = TermIndex(encoder.dim, "flat")
+    index.add_vectors(form_vecs, ids)
+    if query_vecs is None:
+        query_vecs = encoder.encode_queries([m.text for m in mentions])
+    kmax = max(ks)
+    top, _ = index.search(query_vecs, kmax)
+    out = {"n": len(mentions)}
+    for k in ks:
+        hit = 0
+        for m, row in zip(mentions, top[:, :k]):
+            g = [vocab.get_id(t) for t in m.terms]
+            hit += bool(g) and all(t is not None and t in row for t in g)
+        out[f"recall@{k}"] = hit / max(len(mentions), 1)
+    return out
+
+
+def _efn_beta(qvecs: np.ndarray, gold: list[set[int]], name_vecs: np.ndarray, alpha: float, k: int = 10) -> float:
+    idx, sims = top_k_similar(qvecs, name_vecs, k)
+    return calibrate_efn_beta(sims, gold_mask(idx, gold), alpha)
+
+
+# --------------------------------------------------------------------------- training
+def train_biencoder(model: BiEncoder, vocab: Vocabulary, train: Sequence[LabelledMention],
+                    objective: str = "nce", epochs: int = 3, batch_size: int = 32, lr: float = 2e-5, *,
+                    data: str = "labelled", val: Sequence[LabelledMention] | None = None,
+                    freeze_embeddings: bool | None = None, count_head: bool = True, count_weight: float = 1.0,
+                    head_lr: float = 1e-3, refit_count_head: bool = True,
+                    n_hard_terms: int = 3, n_hard_queries: int = 10, top_k_mine: int = 50,
+                    tau: float = 0.05, alpha: float = 0.8, alpha_step: float = 0.05, efn: bool = True,
+                    n_triplet_negatives: int = 4, triplet_margin: float = 1.0, max_per_label: int = 4,
+                    warmup_ratio: float = 0.1, weight_decay: float = 0.01, max_grad_norm: float = 1.0,
+                    time_budget_s: float | None = None, max_steps: int | None = None,
+                    eval_ks: Sequence[int] = (1, 10, 20), seed: int = 0, progress: bool = True,
+                    state: dict | None = None) -> dict:
+    """Fine-tune ``model`` in place with one objective (see the module docstring); returns metrics.
+
+    Knobs and why their defaults:
+
+    * ``lr=2e-5`` AdamW -- approach A's setting (approach E: Adam 3e-5).
+    * ``batch_size=32`` -- the CPU-affordable batch (methods.md measured 32-pair
+      steps); approach E's 1,500 and approach C's 50 need a GPU.
+    * ``tau=0.05`` -- approach C's best temperature 1/20; used both as the InfoNCE
+      temperature (scale 20) and for HD-sampling ``exp(sim/tau)``.
+    * ``n_hard_terms=3`` / ``n_hard_queries=10`` -- approach D's best numbers.
+      Hard negative queries are realised by pulling the pairs of those queries
+      into the same batch (``mining.compose_batches``), so they cost no extra
+      encoding; a batch of 32 thus holds ~3 clusters of confusable mentions.
+    * ``alpha=0.8``, raised by ``alpha_step`` per epoch (capped at 0.99) --
+      approach D's E-FN precision target. beta is calibrated on ``val``
+      (or on a 10% hold-out of ``train`` when ``val`` is None, kept out of training).
+    * ``count_weight=1`` -- approach A's loss = triplet + CE; ``head_lr=1e-3`` for
+      the freshly initialised count head (the encoder keeps ``lr``).
+    * ``refit_count_head=True`` -- after training, refit the head on the final
+      mention embeddings (Yidu-N7K val count accuracy 0.977 refitted vs 0.95 =
+      the majority class for the jointly trained head after a 21-step CPU run).
+    * ``n_triplet_negatives=4``, ``triplet_margin=1`` -- approach A.
+    * ``freeze_embeddings=None`` -- auto: freeze the word-embedding table when it
+      has > 1M parameters and training runs on CPU (e5-small's 96M-parameter
+      table makes a step 7x slower unfrozen, methods.md).
+    * ``time_budget_s`` / ``max_steps`` -- stop early (CPU runs); the final
+      evaluation still happens.
+    * ``state`` -- if a dict is given, it receives the final model's encodings
+      (``form_vecs`` aligned with ``vocab.surface_forms()``, ``mention_vecs``
+      {text: vector} of the training mentions, ``val_vecs``) so that building the
+      index afterwards does not encode everything again.
+    """
+    _check(objective, data)
+    t_start = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    train = list(train)
+    efn_val: list[LabelledMention] | None = list(val) if val else None
+    if objective == "nce" and efn and efn_val is None and data != "vocab" and len(train) >= 20:
+        perm = rng.permutation(len(train))
+        n_hold = max(2, len(train) // 10)
+        efn_val = [train[i] for i in perm[:n_hold]]
+        train = [train[i] for i in perm[n_hold:]]
+    queries = build_queries(vocab, train, data)
+    if objective in ("nce", "triplet_online") and not queries.texts:
+        raise ValueError(f"no training pairs: data={data!r} gives no mentions or synonyms with known terms")
+
+    device = model.device
+    emb_params = model.word_embeddings().weight.numel()
+    if freeze_embeddings is None:
+        freeze_embeddings = device.type == "cpu" and emb_params > 1_000_000
+    model.freeze_word_embeddings(bool(freeze_embeddings))
+    joint_count = count_head and data != "vocab"
+    head = model.ensure_count_head() if joint_count else None
+
+    if objective == "nce":
+        from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+
+        loss_fn = MultipleNegativesRankingLoss(model.model, scale=1.0 / tau,
+                                               directions=("query_to_doc", "doc_to_query"),
+                                               partition_mode="per_direction")
+    elif objective == "triplet_online":
+        from sentence_transformers.sentence_transformer.losses import TripletDistanceMetric, TripletLoss
+
+        loss_fn = TripletLoss(model.model, distance_metric=TripletDistanceMetric.EUCLIDEAN,
+                              triplet_margin=triplet_margin)
+    else:
+        from termnorm.dense.losses import MultiLabelBatchHardSoftMarginTripletLoss
+
+        loss_fn = MultiLabelBatchHardSoftMarginTripletLoss(model.model)
+
+    params = [p for p in model.model.parameters() if p.requires_grad]
+    groups = [{"params": params, "lr": lr}]
+    if head is not None:  # a fresh 3-way head learns nothing at the encoder's 2e-5 in a few epochs
+        groups.append({"params": list(head.parameters()), "lr": max(lr, head_lr)})
+        params = params + groups[-1]["params"]
+    opt = torch.optim.AdamW(groups, weight_decay=weight_decay)
+    from termnorm.encoder.device import grad_scaler
+
+    scaler = grad_scaler(str(device))
+    names = vocab.names
+    form_texts, form_ids = vocab.surface_forms()
+    n_names = len(names)
+
+    # batch_hard items are fixed: (text, side, labels, count)
+    bh_items = _batch_hard_items(vocab, train, queries, data) if objective == "batch_hard" else None
+
+    metrics: dict = {"objective": objective, "data": data, "epochs": [], "batch_size": batch_size, "lr": lr,
+                     "freeze_embeddings": bool(freeze_embeddings), "n_queries": len(queries.texts),
+                     "count_head": "joint" if joint_count else ("separate" if count_head else None)}
+    steps_total_est = None
+    scheduler = None
+    step = 0
+    train_seconds = 0.0
+    encode_stats = [0, 0.0]  # strings, seconds
+    stop = False
+
+    def encode_state(with_queries: bool):
+        """Encode vocabulary forms and training / validation queries with the current model."""
+        t0 = time.perf_counter()
+        fv = model.encode_terms(form_texts)
+        qv = model.encode_queries(queries.texts) if (queries.texts and with_queries) else None
+        vv = model.encode_queries([m.text for m in efn_val]) if efn_val else None
+        encode_stats[0] += len(form_texts) + (len(qv) if qv is not None else 0) + (len(efn_val) if efn_val else 0)
+        encode_stats[1] += time.perf_counter() - t0
+        return fv, qv, vv
+
+    for epoch in range(epochs + 1):  # the extra pass only evaluates the final model
+        last = epoch == epochs or stop
+        need_state = last or objective == "nce" or (objective == "triplet_online" and epoch > 0) or val
+        fv = qv = vv = None
+        ep: dict = {"epoch": epoch}
+        if need_state:
+            fv, qv, vv = encode_state(last or objective != "batch_hard")
+            if val:
+                ep.update(evaluate_recall(model, vocab, val, eval_ks, form_vecs=fv, query_vecs=vv))
+        if last:
+            metrics["final"] = {k: v for k, v in ep.items() if k != "epoch"}
+            if state is not None:
+                state.update({"form_vecs": fv, "val_vecs": vv if val else None,
+                              "mention_vecs": dict(zip(queries.texts, qv)) if qv is not None else {}})
+            break
+
+        # ---- per-epoch examples -----------------------------------------------------------------
+        if objective == "nce":
+            a = min(alpha + alpha_step * epoch, 0.99)
+            beta = _efn_beta(vv, [set(gold_ids(vocab, m.terms)) for m in efn_val], fv[:n_names], a) \
+                if (efn and efn_val) else float("inf")
+            idx, sims = top_k_similar(qv, fv[:n_names], top_k_mine)
+            neg, eliminated = sample_hard_negatives(idx, sims, queries.gold, n_hard_terms, tau=tau, beta=beta,
+                                                    strategy="softmax", rng=rng)
+            neg = _fill_random(neg, n_names, queries.gold, rng)
+            pair_q, pair_t = _pairs(queries)
+            neighbours = _hard_query_neighbours(pair_q, pair_t, qv, fv[:n_names], queries.gold, n_hard_queries,
+                                                tau, beta, rng, top_k_mine)
+            pair_docs = [[int(t)] + [int(x) for x in neg[q]] for q, t in zip(pair_q, pair_t)]
+            batches = compose_batches(pair_q, pair_docs, queries.gold, batch_size, rng, neighbours)
+            ep.update({"alpha": a, "beta": beta if math.isfinite(beta) else None,
+                       "efn_eliminated": eliminated, "pairs": len(pair_q)})
+        elif objective == "triplet_online":
+            if epoch == 0:
+                neg = random_negatives(n_names, queries.gold, n_triplet_negatives, rng)
+            else:
+                idx, sims = top_k_similar(qv, fv[:n_names], n_triplet_negatives + 20)
+                neg, _ = sample_hard_negatives(idx, sims, queries.gold, n_triplet_negatives, strategy="top", rng=rng)
+                neg = _fill_random(neg, n_names, queries.gold, rng)
+            pair_q, pair_t = _pairs(queries)
+            rows = [(q, t, int(n)) for q, t in zip(pair_q, pair_t) for n in neg[q]]
+            order = rng.permutation(len(rows))
+            rows = [rows[i] for i in order]
+            batches = [rows[s:s + batch_size] for s in range(0, len(rows), batch_size)]
+        else:
+            batches = label_batches([it[2][0] for it in bh_items], batch_size, max_per_label, rng)
+        if steps_total_est is None:
+            steps_total_est = max(1, len(batches) * epochs)
+            if max_steps is not None:
+                steps_total_est = max(1, min(max_steps, steps_total_est))
+            from transformers import get_linear_schedule_with_warmup
+
+            scheduler = get_linear_schedule_with_warmup(opt, int(warmup_ratio * steps_total_est), steps_total_est)
+
+        # ---- steps --------------------------------------------------------------------------------
+        model.model.train()
+        if head is not None:
+            head.train()
+        losses = []
+        t_ep = time.perf_counter()
+        bar = tqdm(batches, desc=f"{objective} epoch {epoch + 1}/{epochs}", disable=not progress, leave=False)
+        for b in bar:
+            with autocast_for(device):
+                if objective == "nce":
+                    loss, anchors, a_emb = _nce_step(model, loss_fn, queries, names, pair_q, pair_t, neg, b)
+                elif objective == "triplet_online":
+                    loss, anchors, a_emb = _triplet_step(model, loss_fn, queries, names, b)
+                else:
+                    loss, anchors, a_emb = _batch_hard_step(model, loss_fn, bh_items, b)
+                if head is not None and anchors:
+                    y = torch.tensor([c for _, c in anchors], device=device)
+                    if (y != IGNORE).any():
+                        f = torch.from_numpy(count_features([t for t, _ in anchors])).to(device)
+                        loss = loss + count_weight * nn.functional.cross_entropy(head(a_emb, f), y,
+                                                                                 ignore_index=IGNORE)
+            opt.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()  # scaling only for fp16 autocast; a pass-through on CPU / bf16
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+            scaler.step(opt)
+            scaler.update()
+            scheduler.step()
+            step += 1
+            losses.append(float(loss.detach()))
+            bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}")
+            if (max_steps is not None and step >= max_steps) or \
+                    (time_budget_s is not None and time.perf_counter() - t_start > time_budget_s):
+                stop = True
+                break
+        bar.close()
+        dt = time.perf_counter() - t_ep
+        train_seconds += dt
+        ep.update({"loss": float(np.mean(losses)) if losses else float("nan"),
+                   "first_loss": losses[0] if losses else None,
+                   "steps": len(losses), "seconds": round(dt, 2)})
+        metrics["epochs"].append(ep)
+        if progress:
+            shown = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in ep.items()}
+            print(f"[dense] {shown}", file=sys.stderr)
+
+    model.model.eval()
+    if count_head and not joint_count and train:
+        metrics["count_train_accuracy"] = fit_count_head(model, [m for m in train if gold_ids(vocab, m.terms)])
+    elif joint_count and refit_count_head and qv is not None:
+        # the joint CE shapes the embedding (approach A's multi-task loss); the head itself is refitted on the
+        # final embeddings, which a short CPU run leaves far better than its jointly trained weights
+        keep = [i for i, c in enumerate(queries.count) if c != IGNORE]
+        metrics["count_train_accuracy"] = fit_count_head_vectors(
+            model, [queries.texts[i] for i in keep], qv[keep], [queries.count[i] for i in keep])
+        metrics["count_head"] = "joint+refit"
+    if count_head and val:
+        counts, _ = model.predict_count([m.text for m in val])
+        gold_c = np.array([count_class(len(m.terms)) + 1 for m in val])
+        metrics["final"]["count_accuracy"] = float((counts == gold_c).mean())
+    metrics.update({"steps": step, "train_seconds": round(train_seconds, 2),
+                    "steps_per_s": step / train_seconds if train_seconds > 0 else None,
+                    "encode_strings_per_s": encode_stats[0] / encode_stats[1] if encode_stats[1] > 0 else None,
+                    "total_seconds": round(time.perf_counter() - t_start, 2), "stopped_early": stop,
+                    "device": str(device)})
+    return metrics
+
+
+# --------------------------------------------------------------------------- step helpers
+def _pairs(q: Queries) -> tuple[np.ndarray, np.ndarray]:
+    """Multi-term mentions split into (mention, term) pairs (approach D)."""
+    pq, pt = [], []
+    for i, g in enumerate(q.gold):
+        for t in sorted(g):
+            pq.append(i)
+            pt.append(t)
+    return np.asarray(pq, dtype=np.int64), np.asarray(pt, dtype=np.int64)
+
+
+def _fill_random(neg: np.ndarray, n_items: int, gold: list[set[int]], rng) -> np.ndarray:
+    """Replace -1 (too few mined candidates) with random non-gold ids."""
+    miss = neg < 0
+    if miss.any():
+        rnd = random_negatives(n_items, gold, neg.shape[1], rng)
+        neg = np.where(miss, rnd, neg)
+    return neg
+
+
+def _hard_query_neighbours(pair_q, pair_t, qv, tv, gold, n, tau, beta, rng, k) -> list[list[int]] | None:
+    """Per pair: pairs of the hard negative queries of its term (HD-sampled, E-FN filtered)."""
+    if n <= 0 or len(pair_q) == 0:
+        return None
+    terms = np.unique(pair_t)
+    term_gold: dict[int, set[int]] = {int(t): set() for t in terms}
+    for q, g in enumerate(gold):
+        for t in g:
+            if t in term_gold:
+                term_gold[t].add(q)
+    idx, sims = top_k_similar(tv[terms], qv, k)
+    hq, _ = sample_hard_negatives(idx, sims, [term_gold[int(t)] for t in terms], n, tau=tau, beta=beta,
+                                  strategy="softmax", rng=rng)
+    row_of_term = {int(t): i for i, t in enumerate(terms)}
+    first_pair: dict[int, list[int]] = {}
+    for i, q in enumerate(pair_q):
+        first_pair.setdefault(int(q), []).append(i)
+    out = []
+    for t in pair_t:
+        qs = [int(x) for x in hq[row_of_term[int(t)]] if x >= 0]
+        out.append([first_pair[q][rng.integers(len(first_pair[q]))] for q in qs])
+    return out
+
+
+def _nce_step(model, loss_fn, queries, names, pair_q, pair_t, neg, b):
+    qi = pair_q[b]
+    a_texts = [queries.texts[q] for q in qi]
+    a = model.embed(a_texts, model.query_prefix)
+    doc_ids = [int(t) for t in pair_t[b]] + [int(x) for j in range(neg.shape[1]) for x in neg[qi, j]]
+    d = model.embed([names[t] for t in doc_ids], model.passage_prefix)
+    cols = list(torch.split(d, len(b)))  # [positives, neg_1, ..., neg_n]
+    loss = loss_fn.compute_loss_from_embeddings([a] + cols, None)
+    return loss, list(zip(a_texts, [queries.count[q] for q in qi])), a
+
+
+def _triplet_step(model, loss_fn, queries, names, rows):
+    a_texts = [queries.texts[q] for q, _, _ in rows]
+    a = model.embed(a_texts, model.query_prefix)
+    d = model.embed([names[t] for _, t, _ in rows] + [names[n] for _, _, n in rows], model.passage_prefix)
+    p, n = torch.split(d, len(rows))
+    loss = loss_fn.compute_loss_from_embeddings([a, p, n], None)
+    return loss, list(zip(a_texts, [queries.count[q] for q, _, _ in rows])), a
+
+
+def _batch_hard_items(vocab: Vocabulary, train, queries: Queries, data: str) -> list[tuple[str, str, list[int], int]]:
+    """(text, side, term ids, count class) rows for approach E's batch-hard training."""
+    items: list[tuple[str, str, list[int], int]] = []
+    mentions = [(t, "query", sorted(g), c) for t, g, c in zip(queries.texts, queries.gold, queries.count)
+                if c != IGNORE]
+    if data in ("vocab", "both"):
+        texts, ids = vocab.surface_forms()
+        items += [(t, "passage", [i], IGNORE) for t, i in zip(texts, ids)]
+    elif data == "labelled":
+        used = sorted({t for _, _, g, _ in mentions for t in g})
+        items += [(vocab.names[t], "passage", [t], IGNORE) for t in used]
+    if data in ("labelled", "both") and mentions:
+        reps = 1 if data == "labelled" else max(1, round(len(items) / (3 * len(mentions))))  # |D|/|O| ≈ 1/3
+        items += mentions * reps
+    if not items:
+        raise ValueError("no batch-hard training texts")
+    return items
+
+
+def _batch_hard_step(model, loss_fn, items, b):
+    rows = [items[i] for i in b]
+    qpos = [i for i, r in enumerate(rows) if r[1] == "query"]
+    ppos = [i for i, r in enumerate(rows) if r[1] == "passage"]
+    parts, order = [], []
+    if qpos:
+        parts.append(model.embed([rows[i][0] for i in qpos], model.query_prefix))
+        order += qpos
+    if ppos:
+        parts.append(model.embed([rows[i][0] for i in ppos], model.passage_prefix))
+        order += ppos
+    emb = torch.cat(parts)[torch.argsort(torch.tensor(order))]
+    width = max(len(r[2]) for r in rows)
+    labels = torch.full((len(rows), width), -1, dtype=torch.long)
+    for i, r in enumerate(rows):
+        labels[i, :len(r[2])] = torch.tensor(r[2])
+    loss = loss_fn.compute_loss_from_embeddings([emb], labels.to(emb.device))
+    anchors = [(rows[i][0], rows[i][3]) for i in qpos]
+    a_emb = emb[qpos] if qpos else emb[:0]
+    return loss, anchors, a_emb
+
+
+# --------------------------------------------------------------------------- CLI
+def sha256_file(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def resolve_encoder_folder(spec: str) -> Path:
+    """A local model folder as is; anything else through ``termnorm.encoder.provider.resolve_encoder``."""
+    p = Path(spec)
+    if p.is_dir():
+        return p
+    from termnorm.encoder.provider import resolve_encoder  # written by the encoder work
+
+    return Path(resolve_encoder(spec))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m termnorm.dense.train", description=__doc__.splitlines()[0])
+    ap.add_argument("--vocab", required=True, help="vocabulary file (code.txt, v601 xlsx, csv ...)")
+    ap.add_argument("--train", required=True, help="labelled mentions (xlsx 原始词/标准词, CHIP json ...)")
+    ap.add_argument("--val", help="labelled validation mentions (recall@k per epoch, E-FN beta)")
+    ap.add_argument("--encoder", required=True, help="model folder or encoder spec for resolve_encoder")
+    ap.add_argument("--objective", choices=OBJECTIVES, default="nce")
+    ap.add_argument("--data", choices=DATA, default="labelled")
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=2e-5)
+    ap.add_argument("--max-seq-length", type=int, default=32)
+    ap.add_argument("--freeze-embeddings", choices=("auto", "yes", "no"), default="auto")
+    ap.add_argument("--no-count-head", action="store_true")
+    ap.add_argument("--max-seconds", type=float, help="training time budget (stops early, still evaluates)")
+    ap.add_argument("--max-steps", type=int)
+    ap.add_argument("--max-train", type=int, help="use only the first N training mentions")
+    ap.add_argument("--device", help="cpu / cuda (default: cuda when present)")
+    ap.add_argument("--threads", type=int, help="CPU threads for torch (1 is fastest on a busy shared machine)")
+    ap.add_argument("--layers", type=int, help="keep only the first N encoder layers (speed, approach A)")
+    ap.add_argument("--hard-terms", type=int, default=3, help="nce: hard negative terms per mention")
+    ap.add_argument("--hard-queries", type=int, default=10, help="nce: hard negative mentions per term")
+    ap.add_argument("--max-val", type=int, help="use only the first N validation mentions")
+    ap.add_argument("--calibrate-sieve", action="store_true", help="pick the sieve threshold on --val")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--out", required=True, help="output folder")
+    args = ap.parse_args(argv)
+
+    from termnorm.io import load_labelled, load_vocabulary
+
+    t0 = time.perf_counter()
+    vocab = load_vocabulary(args.vocab)
+    train = load_labelled(args.train, vocab).mentions
+    if args.max_train:
+        train = train[: args.max_train]
+    val = load_labelled(args.val, vocab).mentions if args.val else None
+    if val and args.max_val:
+        val = val[: args.max_val]
+    if args.threads:
+        from termnorm.encoder.device import configure_cpu_threads
+
+        configure_cpu_threads(args.threads)
+    folder = resolve_encoder_folder(args.encoder)
+    model = BiEncoder.from_folder(folder, device=args.device, max_seq_length=args.max_seq_length,
+                                  layers=args.layers)
+    freeze = {"auto": None, "yes": True, "no": False}[args.freeze_embeddings]
+    state: dict = {}
+    metrics = train_biencoder(model, vocab, train, args.objective, args.epochs, args.batch_size, args.lr,
+                              data=args.data, val=val, freeze_embeddings=freeze,
+                              count_head=not args.no_count_head, time_budget_s=args.max_seconds,
+                              max_steps=args.max_steps, seed=args.seed, progress=not args.no_progress,
+                              n_hard_terms=args.hard_terms, n_hard_queries=args.hard_queries, state=state)
+    out = Path(args.out)
+    model.save(out / "model")
+    from termnorm.dense.sieve import Sieve, calibrate_threshold
+
+    t_idx = time.perf_counter()
+    # a Sieve is a DenseRecaller with the sieve on top: one index folder serves both
+    recaller = Sieve(model).fit(vocab, train, progress=not args.no_progress, form_vecs=state.get("form_vecs"),
+                                mention_vecs=state.get("mention_vecs"))
+    recaller.save(out / "index")
+    metrics["index_seconds"] = round(time.perf_counter() - t_idx, 2)
+    sieve_info = None
+    if args.calibrate_sieve and val:
+        sieve_info = calibrate_threshold(recaller, val, query_vecs=state.get("val_vecs"))
+    config = {
+        "kind": "termnorm.dense",
+        "encoder": {"spec": args.encoder, "folder": str(folder.resolve()),
+                    "query_prefix": model.query_prefix, "passage_prefix": model.passage_prefix},
+        "data": {k: {"path": str(Path(p).resolve()), "sha256": sha256_file(p)}
+                 for k, p in (("vocab", args.vocab), ("train", args.train), ("val", args.val)) if p},
+        "n_train_mentions": len(train),
+        "params": {k: v for k, v in vars(args).items() if k not in ("vocab", "train", "val", "out", "encoder")},
+        "metrics": metrics,
+        "sieve": sieve_info,
+        "model": "model", "index": "index",
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+    (out / "config.json").write_text(json.dumps(config, ensure_ascii=False, indent=2, default=_json_default),
+                                     encoding="utf-8")
+    print(json.dumps({"out": str(out), "final": metrics.get("final"), "steps_per_s": metrics.get("steps_per_s"),
+                      "encode_strings_per_s": metrics.get("encode_strings_per_s"),
+                      "sieve_threshold": sieve_info and sieve_info.get("threshold")},
+                     ensure_ascii=False, default=_json_default))
+    return 0
+
+
+def _json_default(o):
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    return str(o)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

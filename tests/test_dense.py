@@ -1,0 +1,293 @@
+"""Dense recall: bi-encoder training objectives, mining, FAISS index, sieve, count head, persistence.
+
+Real components throughout (sentence-transformers, FAISS, a tiny random BERT
+built by ``termnorm.encoder.tiny``) on the embedded demo data; every model is
+tiny so the whole file runs in well under a minute on 2 shared cores.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from termnorm.dense.biencoder import BiEncoder, count_class, fit_count_head
+from termnorm.dense.index import DenseRecaller, TermIndex
+from termnorm.dense.mining import (
+    calibrate_efn_beta,
+    compose_batches,
+    gold_mask,
+    sample_hard_negatives,
+    top_k_similar,
+)
+from termnorm.dense.sieve import Sieve, calibrate_threshold
+from termnorm.dense.train import build_queries, evaluate_recall, main, train_biencoder
+from termnorm.encoder.tiny import make_tiny_encoder
+from termnorm.records import LabelledMention
+from termnorm.vocabulary import Vocabulary
+
+DEMO = Path(__file__).resolve().parents[1] / "assets" / "demo"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    # On a shared 2-core machine torch's 2 OpenMP threads spin against other jobs: one thread is ~20x faster here.
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def demo():
+    vocab = Vocabulary(name="demo-procedures")
+    with open(DEMO / "procedures.csv", encoding="utf-8") as f:
+        for r in csv.DictReader(f):
+            vocab.add_term(r["name"], [r["code"]], [s for s in (r["synonyms"] or "").split("|") if s])
+    with open(DEMO / "mentions.csv", encoding="utf-8") as f:
+        mentions = [LabelledMention(r["mention"], r["terms"].split("##"))
+                    for r in csv.DictReader(f) if r["vocabulary"] == "procedures"]
+    assert all(t in vocab for m in mentions for t in m.terms)
+    return vocab, mentions
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory, demo):
+    vocab, mentions = demo
+    texts = vocab.names + [m.text for m in mentions] + [s for v in vocab.synonyms.values() for s in v]
+    return make_tiny_encoder(tmp_path_factory.mktemp("tiny") / "bert", texts, hidden=32, layers=2)
+
+
+def fresh(tiny_dir) -> BiEncoder:
+    return BiEncoder.from_folder(tiny_dir, device="cpu")
+
+
+# ---------------------------------------------------------------- objectives
+@pytest.mark.parametrize("objective,data", [("nce", "labelled"), ("batch_hard", "both"),
+                                            ("triplet_online", "labelled")])
+def test_objective_improves_recall_on_training_slice(tiny_dir, demo, objective, data):
+    vocab, mentions = demo
+    train = mentions[:60]
+    enc = fresh(tiny_dir)
+    before = evaluate_recall(enc, vocab, train, ks=(10,))["recall@10"]
+    m = train_biencoder(enc, vocab, train, objective, epochs=2, batch_size=16, lr=2e-3, data=data, val=train,
+                        progress=False, seed=1)
+    assert m["epochs"][0]["recall@10"] == pytest.approx(before)  # epoch 0 evaluates the untrained model
+    assert all(np.isfinite(e["loss"]) for e in m["epochs"])
+    assert m["steps"] > 0 and m["steps_per_s"] > 0 and m["encode_strings_per_s"] > 0
+    assert m["final"]["recall@10"] > before + 0.05, (before, m["final"])
+
+
+def test_nce_loss_decreases_on_fixed_batches(tiny_dir, demo):
+    vocab, mentions = demo
+    m = train_biencoder(fresh(tiny_dir), vocab, mentions[:32], "nce", epochs=3, batch_size=16, lr=2e-3,
+                        val=mentions[:32], progress=False, n_hard_queries=0)
+    losses = [e["loss"] for e in m["epochs"]]
+    assert losses[-1] < losses[0]
+
+
+def test_unknown_objective_or_empty_data_rejected(tiny_dir, demo):
+    vocab, mentions = demo
+    with pytest.raises(ValueError):
+        train_biencoder(fresh(tiny_dir), vocab, mentions, "cosine", progress=False)
+    bare = Vocabulary(names=list(vocab.names))  # no synonyms
+    with pytest.raises(ValueError):
+        train_biencoder(fresh(tiny_dir), bare, [], "nce", data="vocab", progress=False)
+
+
+# ---------------------------------------------------------------- mining
+def test_hard_negatives_never_gold_and_efn_removes_above_beta(tiny_dir, demo):
+    vocab, mentions = demo
+    enc = fresh(tiny_dir)
+    q = build_queries(vocab, mentions, "labelled")
+    assert any(len(g) > 1 for g in q.gold)  # multi-term mentions are in the slice
+    idx, sims = top_k_similar(enc.encode_queries(q.texts), enc.encode_terms(vocab.names), 30)
+    beta = float(np.quantile(sims[:, :5], 0.5))
+    rng = np.random.default_rng(0)
+    neg, eliminated = sample_hard_negatives(idx, sims, q.gold, 5, tau=0.05, beta=beta, rng=rng)
+    is_gold = gold_mask(idx, q.gold)
+    expect_elim = int(((sims >= beta) & ~is_gold).sum())
+    assert eliminated == expect_elim > 0
+    sim_of = {(i, int(t)): s for i in range(len(idx)) for t, s in zip(idx[i], sims[i])}
+    for i, row in enumerate(neg):
+        for t in row[row >= 0]:
+            assert int(t) not in q.gold[i]
+            assert sim_of[(i, int(t))] < beta
+    # without E-FN the top strategy does pick candidates above beta: the filter is what removed them
+    top, _ = sample_hard_negatives(idx, sims, q.gold, 5, strategy="top")
+    assert any(sim_of[(i, int(t))] >= beta for i, row in enumerate(top) for t in row if t >= 0)
+    assert not any(int(t) in q.gold[i] for i, row in enumerate(top) for t in row)
+
+
+def test_calibrate_efn_beta_meets_precision():
+    rng = np.random.default_rng(3)
+    sims = rng.uniform(0, 1, size=(200, 10)).astype(np.float32)
+    is_gold = rng.uniform(size=sims.shape) < sims ** 4  # higher similarity -> more often gold
+    beta = calibrate_efn_beta(sims, is_gold, alpha=0.8)
+    above = sims >= beta
+    assert is_gold[above].mean() >= 0.8
+    below = np.sort(sims[~above].ravel())[::-1]  # lowering beta to the next score breaks the target
+    assert is_gold[sims >= below[0]].mean() < 0.8 or below[0] == beta
+    assert calibrate_efn_beta(sims, np.zeros_like(is_gold), 0.8) == float("inf")
+
+
+def test_compose_batches_conflict_free():
+    rng = np.random.default_rng(0)
+    n_q, n_t = 60, 40
+    gold = [set(rng.choice(n_t, size=rng.integers(1, 3), replace=False).tolist()) for _ in range(n_q)]
+    pq = np.array([q for q, g in enumerate(gold) for _ in g])
+    pt = [t for g in gold for t in sorted(g)]
+    docs = [[t] + [int(x) for x in rng.choice([y for y in range(n_t) if y not in gold[q]], 3)]
+            for q, t in zip(pq, pt)]
+    batches = compose_batches(pq, docs, gold, 8, rng, neighbours=[[int(rng.integers(len(pq)))] for _ in pq])
+    assert sorted(i for b in batches for i in b) == list(range(len(pq)))
+    for b in batches:
+        assert len(b) <= 8 and len({pq[i] for i in b}) == len(b)
+        for i in b:
+            for j in b:
+                if i != j:
+                    assert not (set(docs[j]) & gold[pq[i]])
+
+
+# ---------------------------------------------------------------- index
+def test_term_index_matches_bruteforce_and_roundtrips(tmp_path):
+    rng = np.random.default_rng(0)
+    forms = rng.normal(size=(300, 16)).astype(np.float32)
+    forms /= np.linalg.norm(forms, axis=1, keepdims=True)
+    ids = rng.integers(0, 120, size=300)  # several forms per id
+    q = rng.normal(size=(25, 16)).astype(np.float32)
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    index = TermIndex(16, "flat")
+    index.add_vectors(forms[:200], ids[:200])
+    index.add_vectors(forms[200:], ids[200:])  # incremental
+    got_ids, got_sc = index.search(q, 10)
+    sims = q @ forms.T
+    best = np.full((25, 120), -np.inf)
+    for j, t in enumerate(ids):
+        best[:, t] = np.maximum(best[:, t], sims[:, j])
+    want = np.argsort(-best, axis=1)[:, :10]
+    np.testing.assert_array_equal(got_ids, want)
+    np.testing.assert_allclose(got_sc, np.take_along_axis(best, want, 1), atol=1e-5)
+    index.save(tmp_path / "idx")
+    again = TermIndex.load(tmp_path / "idx")
+    np.testing.assert_array_equal(again.search(q, 10)[0], got_ids)
+    hnsw = TermIndex(16, "hnsw")
+    hnsw.add_vectors(forms, ids)
+    assert (hnsw.search(q, 10)[0][:, 0] == want[:, 0]).mean() > 0.9  # approximate, near-exact at this size
+
+
+def test_dense_recaller_incremental_add_and_persistence(tiny_dir, demo, tmp_path):
+    vocab, mentions = demo
+    enc = fresh(tiny_dir)
+    rec = DenseRecaller(enc).fit(vocab, history=mentions[:10])
+    new = "甲状腺胆囊联合怪异手术"
+    target = vocab.names[7]
+    assert rec.recall(new, 1)[0][1] < 0.999  # nothing identical before the add
+    rec.add_coded_mention(new, [target])
+    hits = rec.recall(new, 5)
+    assert hits[0][0] == vocab.index(target) and hits[0][1] == pytest.approx(1.0, abs=1e-5)
+    rec.add_synonym(vocab.names[3], "某某自造同义词")
+    assert rec.recall("某某自造同义词", 3)[0][0] == 3
+    rec.save(tmp_path / "rec")
+    enc.save(tmp_path / "enc")
+    back = DenseRecaller.load(tmp_path / "rec", BiEncoder.load(tmp_path / "enc", device="cpu"), vocab)
+    for a, b in zip(back.recall_batch([new, mentions[0].text], 5), rec.recall_batch([new, mentions[0].text], 5)):
+        assert [t for t, _ in a] == [t for t, _ in b]
+        np.testing.assert_allclose([s for _, s in a], [s for _, s in b], atol=1e-6)
+
+
+# ---------------------------------------------------------------- sieve
+def test_sieve_exact_threshold_and_add(tiny_dir, demo):
+    vocab, mentions = demo
+    enc = fresh(tiny_dir)
+    multi = next(m for m in mentions if len(m.terms) > 1)
+    sieve = Sieve(enc, threshold=0.95).fit(vocab, history=[multi])
+    r = sieve.search_batch([" " + multi.text.replace("+", "＋") + " "], 5)[0]  # NFKC / spaces: same normal form
+    assert r.source == "exact" and [vocab.names[t] for t in r.sieved] == multi.terms
+    assert [t for t, _ in r.hits[:len(multi.terms)]] == [vocab.index(t) for t in multi.terms]
+
+    near = multi.text + "术后"
+    s = float((enc.encode_queries([near]) @ enc.encode_queries([multi.text]).T)[0, 0])
+    sieve.threshold = s - 1e-4
+    r = sieve.search_batch([near], 5)[0]
+    assert r.source == "coded" and r.matched == multi.text and r.similarity == pytest.approx(s, abs=1e-5)
+    sieve.threshold = min(s + 1e-4, 1.0 + 1e-3)
+    assert sieve.search_batch([near], 5)[0].source == "search"
+
+    other = mentions[0]
+    assert sieve.search_batch([other.text], 5)[0].source in ("search", "coded")
+    sieve.add_coded_mention(other.text, other.terms)  # no retraining: next query sees it
+    r = sieve.search_batch([other.text], 5)[0]
+    assert r.source == "exact" and [vocab.names[t] for t in r.sieved] == other.terms
+
+
+def test_calibrate_threshold_prefers_sieving_near_duplicates(tiny_dir, demo):
+    vocab, mentions = demo
+    multi = [m for m in mentions if len(m.terms) > 1][:8]
+    sieve = Sieve(fresh(tiny_dir)).fit(vocab, history=multi)
+    heldout = [LabelledMention(m.text + "术", m.terms) for m in multi]  # near-duplicates, multi-term gold
+    res = calibrate_threshold(sieve, heldout)
+    assert res["n"] == len(heldout) and res["accuracy_without_sieve"] == 0.0  # top-1 search can't give 2 terms
+    assert res["accuracy"] > 0.5 and res["threshold"] < 1.0
+    assert res["accuracy"] == max(r["accuracy"] for r in res["table"])
+
+
+# ---------------------------------------------------------------- persistence, count head, prefixes
+def test_save_load_roundtrip_identical(tiny_dir, demo, tmp_path):
+    vocab, mentions = demo
+    enc = fresh(tiny_dir)
+    fit_count_head(enc, mentions[:40], epochs=5)
+    texts = [m.text for m in mentions[:20]]
+    enc.save(tmp_path / "m")
+    back = BiEncoder.load(tmp_path / "m", device="cpu")
+    np.testing.assert_array_equal(back.encode_queries(texts), enc.encode_queries(texts))
+    np.testing.assert_array_equal(back.encode_terms(vocab.names[:20]), enc.encode_terms(vocab.names[:20]))
+    np.testing.assert_allclose(back.predict_count(texts)[1], enc.predict_count(texts)[1], atol=1e-6)
+    assert BiEncoder.from_folder(tmp_path / "m", device="cpu").query_prefix == enc.query_prefix
+
+
+def test_count_head_learns_separable_toy(tiny_dir):
+    enc = fresh(tiny_dir)
+    sites = ["甲状腺", "胆囊", "阑尾", "乳房", "胃", "肝", "脾", "肾"]
+    ops = ["切除术", "探查术", "修补术"]
+    toy = []
+    for i, s in enumerate(sites):
+        a, b, c = ops[i % 3], ops[(i + 1) % 3], ops[(i + 2) % 3]
+        toy += [LabelledMention(s + a, ["x"]), LabelledMention(f"{s}{a}+{s}{b}", ["x", "y"]),
+                LabelledMention(f"{s}{a}+{s}{b}+{s}{c}", ["x", "y", "z"])]
+    assert fit_count_head(enc, toy[:18], epochs=150) == 1.0
+    counts, prob = enc.predict_count([m.text for m in toy[18:]])
+    assert list(counts) == [count_class(len(m.terms)) + 1 for m in toy[18:]]
+    assert prob.shape == (6, 3) and np.allclose(prob.sum(1), 1.0, atol=1e-5)
+
+
+def test_prefix_auto_follows_folder(tiny_dir, tmp_path):
+    assert fresh(tiny_dir).query_prefix == ""
+    e5 = tmp_path / "multilingual-e5-tiny"
+    shutil.copytree(tiny_dir, e5)
+    enc = BiEncoder.from_folder(e5, device="cpu")
+    assert (enc.query_prefix, enc.passage_prefix) == ("query: ", "passage: ")
+    assert BiEncoder.from_folder(e5, device="cpu", query_prefix="", passage_prefix="").query_prefix == ""
+
+
+# ---------------------------------------------------------------- CLI entry point
+def test_main_writes_model_index_and_config(tiny_dir, tmp_path):
+    out = tmp_path / "run"
+    rc = main(["--vocab", str(DEMO / "procedures.csv"), "--train", str(DEMO / "mentions.csv"),
+               "--val", str(DEMO / "mentions.csv"), "--encoder", str(tiny_dir), "--objective", "nce",
+               "--epochs", "1", "--max-steps", "3", "--batch-size", "8", "--no-progress", "--out", str(out)])
+    assert rc == 0
+    cfg = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    assert len(cfg["data"]["train"]["sha256"]) == 64 and cfg["encoder"]["folder"] == str(Path(tiny_dir).resolve())
+    assert cfg["metrics"]["steps"] == 3 and "recall@10" in cfg["metrics"]["final"]
+    enc = BiEncoder.load(out / "model", device="cpu")
+    from termnorm.io import load_vocabulary
+
+    vocab = load_vocabulary(DEMO / "procedures.csv")
+    rec = DenseRecaller.load(out / "index", enc, vocab)
+    assert len(rec.recall("甲状腺病损切除术", 5)) == 5
