@@ -17,11 +17,16 @@ What the app stores, in the words of the domain:
   the "hard negatives matter more than model choice" lesson of Approach B and
   the user-confirmed negatives that Approach D's false-negative elimination
   otherwise has to guess (methods.md);
-* **users** and an append-only **audit log**.
+* **users** (role, bcrypt password hash, disabled flag) and an append-only **audit log**;
+* **gold tasks**: a batch, or a sample of it, given to several annotators
+  independently (``blind`` or ``assisted``), their **gold annotations**, and the
+  resulting **gold labels** (``agreed`` by all annotators, or ``adjudicated`` by a
+  lead) that the engine's accuracy is measured on (db/gold.py).
 
 The initial Alembic revision (``db/migrations/versions/0001_initial.py``)
-creates exactly these tables; ``tests/test_db.py`` checks that the models and
-the migrated schema do not drift apart.
+creates the tables up to the audit log; ``0002_gold.py`` adds the gold tables
+and ``users.disabled_at``. ``tests/test_db.py`` / ``tests/test_gold.py`` check
+that the models and the migrated schema do not drift apart.
 """
 
 from __future__ import annotations
@@ -90,9 +95,11 @@ class User(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     username: Mapped[str] = mapped_column(String(100), unique=True)
     role: Mapped[str] = mapped_column(String(20), default="coder")
-    # nullable until the app gets real authentication
+    # bcrypt hash (db.auth); None = cannot sign in (users made by services.ensure_user / demo mode)
     password_hash: Mapped[str | None] = mapped_column(String(255))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # (revision 0002) a disabled account keeps its history but can no longer sign in (db.auth)
+    disabled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class Vocabulary(Base):
@@ -284,3 +291,85 @@ class AuditLog(Base):
     object_type: Mapped[str] = mapped_column(String(50))
     object_id: Mapped[int | None] = mapped_column(Integer)
     details: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+
+# ================================================================ gold annotation
+GOLD_MODES = ("blind", "assisted")  # blind: no engine suggestion shown (no anchoring); assisted: candidates shown
+GOLD_SOURCES = ("agreed", "adjudicated")  # every annotator gave the same set / the lead decided
+
+
+class GoldTask(Base):
+    """A gold-annotation task: a batch (all or a sample of its mentions) given to ``annotators_per_mention``
+    annotators each, independently, to build a gold set the engine can be measured on."""
+
+    __tablename__ = "gold_tasks"
+    __table_args__ = (CheckConstraint(_in("mode", GOLD_MODES), name="mode"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    batch_id: Mapped[int] = mapped_column(ForeignKey("batches.id"), index=True)
+    mode: Mapped[str] = mapped_column(String(10), default="blind")
+    annotators_per_mention: Mapped[int] = mapped_column(Integer, default=2)
+    sample_size: Mapped[int | None] = mapped_column(Integer)  # None = every mention of the batch
+    seed: Mapped[int | None] = mapped_column(Integer)  # of the random sample, so it can be redrawn
+    created_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    batch: Mapped[Batch] = relationship()
+
+
+class GoldAssignment(Base):
+    """Mention ``mention_id`` of task ``task_id`` is to be annotated by user ``user_id``."""
+
+    __tablename__ = "gold_assignments"
+    __table_args__ = (
+        UniqueConstraint("task_id", "mention_id", "user_id"),
+        Index("ix_gold_assignments_user", "task_id", "user_id"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("gold_tasks.id", ondelete="CASCADE"))
+    mention_id: Mapped[int] = mapped_column(ForeignKey("mentions.id"))
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+
+
+class GoldAnnotation(Base):
+    """One annotator's term set for a mention of a task; a new answer supersedes the old (``is_latest``).
+
+    ``terms`` may be empty: "no term of the vocabulary fits" is an answer (a
+    category of its own in the agreement measures of termnorm.agreement).
+    """
+
+    __tablename__ = "gold_annotations"
+    __table_args__ = (Index("ix_gold_annotations_task", "task_id", "mention_id", "is_latest"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("gold_tasks.id", ondelete="CASCADE"))
+    mention_id: Mapped[int] = mapped_column(ForeignKey("mentions.id"))
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    terms: Mapped[list[str]] = mapped_column(default=list)
+    comment: Mapped[str] = mapped_column(Text, default="")
+    seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    is_latest: Mapped[bool] = mapped_column(Boolean, default=True)
+
+
+class GoldLabel(Base):
+    """The gold answer for a mention of a task: ``agreed`` (all annotators gave this set) or ``adjudicated``
+    (chosen by a lead, ``by_id``). One per (task, mention); a re-adjudication replaces it (audit log keeps
+    the old one)."""
+
+    __tablename__ = "gold_labels"
+    __table_args__ = (
+        UniqueConstraint("task_id", "mention_id"),
+        CheckConstraint(_in("source", GOLD_SOURCES), name="source"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("gold_tasks.id", ondelete="CASCADE"))
+    mention_id: Mapped[int] = mapped_column(ForeignKey("mentions.id"), index=True)
+    terms: Mapped[list[str]] = mapped_column(default=list)
+    source: Mapped[str] = mapped_column(String(20))
+    by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))  # the lead; None when agreed
+    comment: Mapped[str] = mapped_column(Text, default="")
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import streamlit as st
 
-from db import services
+from db import auth, services
 from termnorm.engine import Engine, demo_mentions, demo_vocabulary
 from termnorm.records import KEYWORD_KINDS, Candidate, KeywordSpan, Suggestion
 from termnorm.text.normalize import normalize
@@ -345,6 +345,7 @@ class Context:
     username: str
     vocabulary_id: int | None
     batch_id: int | None
+    role: str = "coder"  # set by require_role from the database
 
     def holder(self) -> EngineHolder:
         return engine_holder(self.url, self.vocabulary_id)
@@ -355,6 +356,70 @@ def context() -> Context:
     ss = st.session_state
     return Context(db_url(), (ss.get("username") or "").strip() or "coder", ss.get("vocabulary_id"),
                    ss.get("batch_id"))
+
+
+# ---------------------------------------------------------------------------------- sign-in (db.auth)
+AUTH_KEY = "auth_user"  # the signed-in user name: set by the sign-in page (or a test), never by the browser
+
+
+def sign_in(username: str) -> None:
+    st.session_state[AUTH_KEY] = username
+    st.session_state["username"] = username
+
+
+def sign_out() -> None:
+    """Forget the user and everything this browser session held (widget state of the previous user)."""
+    name = st.session_state.get(AUTH_KEY)
+    if name:
+        with session() as s:
+            auth.record_sign_out(s, name)
+    for key in list(st.session_state):
+        del st.session_state[key]
+
+
+def current_user() -> dict | None:
+    """The signed-in user (username, role, ...), re-read from the database on every run; None if nobody.
+
+    Re-reading means a disabled or demoted account loses access at its next click. With sign-in switched
+    off (``TERMNORM_AUTH=off``: tests and the offline demo only) the name typed in the sidebar is the user,
+    created as a coder when new, and its stored role applies -- except that a typed name of an account with
+    a password is refused (that account still has to sign in), so switching sign-in off never hands out an
+    admin's or a lead's rights to whoever types their name.
+    """
+    ss = st.session_state
+    name = ss.get(AUTH_KEY)
+    typed = not name and not auth.auth_enabled()
+    if typed:
+        name = (ss.get("username") or "").strip() or "coder"
+    if not name:
+        return None
+    with session() as s:
+        if typed:
+            services.ensure_user(s, name)
+        user = auth.user(s, name)
+    if user is None or user["disabled"] or (typed and user["has_password"]):
+        ss.pop(AUTH_KEY, None)
+        return None
+    return user
+
+
+def require_role(role: str) -> Context:
+    """Stop the page unless the current user has ``role`` or above; else the shared context with the user.
+
+    Pages call this before drawing anything. It only guards the screen: the db functions behind every lead /
+    admin action check the role again (PermissionError).
+    """
+    user = current_user()
+    if user is None:
+        st.warning("Please sign in.", icon=":material/lock:")
+        st.stop()
+    if not auth.has_role(user["role"], role):
+        st.error(f"This page is for the {role} role and above; {user['username']} is a {user['role']}.",
+                 icon=":material/block:")
+        st.stop()
+    ctx = context()
+    ctx.username, ctx.role = user["username"], user["role"]
+    return ctx
 
 
 def decide(ctx: Context, mention_id: int, text: str, action: str, terms=(), comment: str = "",

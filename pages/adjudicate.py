@@ -62,7 +62,8 @@ k[2].metric("Agreed (gold at once)", t["n_agreed"])
 k[3].metric("Cohen's κ", fmt(overall["mean_pair_kappa"]), help=overall.get("how", {}).get("kappa"))
 k[4].metric("Krippendorff's α", fmt(overall["krippendorff_alpha"]),
             help=overall.get("how", {}).get("krippendorff_alpha"))
-st.caption(f"{t['n_complete']} of {t['n_mentions']} mentions answered by all {t['per_mention']} annotators; "
+everyone = "both annotators" if t["per_mention"] == 2 else f"all {t['per_mention']} annotators"
+st.caption(f"{t['n_complete']} of {t['n_mentions']} mentions answered by {everyone}; "
            "only those can be adjudicated. Agreement counts each answer set as one category.")
 
 if queue.empty:

@@ -26,6 +26,7 @@ TIMEOUT = 60  # the first run of a process loads jieba and builds the engine (~6
 def db_url(tmp_path, monkeypatch):
     url = f"sqlite:///{tmp_path / 'app.sqlite3'}"
     monkeypatch.setenv("TERMNORM_DB_URL", url)
+    monkeypatch.setenv("TERMNORM_AUTH", "off")  # sign-in is tested in test_dashboard_pages.py; here the typed name
     yield url
     services.dispose(url)
 

@@ -106,7 +106,7 @@ def server(tmp_path):
         xss_batch = services.create_batch(s, "hostile", vid, [XSS, "腹腔镜下胆囊切除术"])
     services.dispose(url)
     port = _free_port()
-    env = dict(os.environ, TERMNORM_DB_URL=url)
+    env = dict(os.environ, TERMNORM_DB_URL=url, TERMNORM_AUTH="off")  # sign-in: see tests/test_gold_browser.py
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
          "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"],

@@ -1,0 +1,81 @@
+"""``termnorm create-admin USERNAME``: the first admin of the review app, from the command line.
+
+The app has no sign-up: an admin creates every other account on the Users
+page, and the first admin comes from here (whoever can run this already holds
+the database). The password is never taken as an argument (it would end up
+in the shell history and in ``ps``): it is read from ``--password-file``,
+else from standard input when that is not a terminal (first line), else
+asked twice with :func:`getpass.getpass`.
+
+Wiring into ``termnorm/cli.py``::
+
+    from termnorm.cli_admin import add_create_admin_arguments, cmd_create_admin
+    p = sub.add_parser("create-admin", help="create the first admin of the review app (password from stdin)")
+    add_create_admin_arguments(p)
+    p.set_defaults(func=cmd_create_admin)
+
+Also runnable alone: ``python -m termnorm.cli_admin alice --password-file pw.txt``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import sys
+from pathlib import Path
+from typing import TextIO
+
+
+def add_create_admin_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("username")
+    p.add_argument("--password-file", help="read the password from the first line of this file")
+    p.add_argument("--db", help="SQLAlchemy URL (default: $TERMNORM_DB_URL, else the SQLite file db/termnorm.sqlite3)")
+    return p
+
+
+def read_password(password_file: str | None = None, stdin: TextIO | None = None) -> str:
+    """The password from ``password_file`` (first line), else piped stdin (first line), else getpass (twice)."""
+    stdin = sys.stdin if stdin is None else stdin
+    if password_file:
+        lines = Path(password_file).read_text(encoding="utf-8").splitlines()
+        return lines[0] if lines else ""
+    if not stdin.isatty():
+        return stdin.readline().rstrip("\r\n")
+    first = getpass.getpass("Password: ")
+    if getpass.getpass("Repeat the password: ") != first:
+        raise ValueError("the two passwords differ")
+    return first
+
+
+def create_admin(username: str, password_file: str | None = None, db: str | None = None,
+                 stdin: TextIO | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    """Create (or promote, resetting the password) the admin ``username``; exit status 0, or 2 on a bad input."""
+    from db import auth, services
+
+    stdout = sys.stdout if stdout is None else stdout
+    stderr = sys.stderr if stderr is None else stderr
+    try:
+        password = read_password(password_file, stdin)
+        auth.check_password_policy(password)
+        with services.session_scope(db) as s:
+            u = auth.create_admin(s, username, password)
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=stderr)
+        return 2
+    print(f"admin {u['username']!r} ready in {services.database_url(db)}", file=stdout)
+    return 0
+
+
+def cmd_create_admin(args: argparse.Namespace) -> int:
+    """The argparse entry point (``args.username``, ``args.password_file``, ``args.db``)."""
+    return create_admin(args.username, args.password_file, args.db)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = add_create_admin_arguments(argparse.ArgumentParser(prog="termnorm create-admin", description=__doc__,
+                                                           formatter_class=argparse.RawDescriptionHelpFormatter))
+    return cmd_create_admin(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
