@@ -1,0 +1,22 @@
+# Two commands on a fresh machine:  `make app`  (the coding app on the embedded demo data)
+#                                   `make test` (the whole test suite)
+PY ?= python3
+STAMP := .installed
+
+$(STAMP): pyproject.toml
+	# the local CPU wheel first, so no newer CUDA build of torch is pulled
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[test]"
+	# headless Chromium for the browser tests (Debian); optional elsewhere
+	command -v chromium >/dev/null 2>&1 || (apt-get install -y -q chromium chromium-driver fonts-wqy-zenhei >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium chromium-driver fonts-wqy-zenhei >/dev/null 2>&1)) || echo "chromium not installed: browser tests will be skipped"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+app: $(STAMP)
+	$(PY) -m streamlit run app.py --server.headless true
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+.PHONY: install app test

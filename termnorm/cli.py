@@ -1,0 +1,214 @@
+"""Command line: ``termnorm evaluate | normalize | train | encoder | app | load-data``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def _add_data_args(p, need_train=False):
+    p.add_argument("--vocab", help="vocabulary file (xlsx / code.txt / tree json / MEDIC / csv); demo data when omitted")
+    p.add_argument("--train", required=need_train, help="labelled mentions used as coded history and for training")
+    p.add_argument("--model", help="a trained pipeline folder (termnorm train ...)")
+    p.add_argument("--keywords", help="folder of keyword lists (procedure_sites.txt ...); optional")
+    p.add_argument("--no-split", action="store_true", help="do not split multi-part mentions")
+    p.add_argument("--recall-profile", choices=["wide", "compact"], default="wide",
+                   help="per-strategy candidate counts: wide (multi-term diagnoses, ~49 candidates on CHIP-CDN) or "
+                        "compact (procedures, ~28 on Yidu-N7K)")
+
+
+def build_engine(args, progress=True):
+    from termnorm.engine import Engine
+
+    if args.model:
+        return Engine.load(args.model, progress=progress)
+    if not args.vocab:
+        return Engine.from_demo()
+    from termnorm.io import load_labelled, load_vocabulary
+
+    vocab = load_vocabulary(args.vocab)
+    history = load_labelled(args.train, vocab).mentions if args.train else None
+    eng = Engine(vocab, history=history, keyword_dir=args.keywords, split=not args.no_split,
+                 recall_profile=args.recall_profile)
+    return eng
+
+
+def cmd_normalize(args) -> int:
+    eng = build_engine(args, progress=False)
+    for text in args.text:
+        sug = eng.suggest(text, k=args.k)
+        if args.json:
+            print(json.dumps(_suggestion_json(sug), ensure_ascii=False, indent=1))
+            continue
+        print(f"mention: {text}")
+        if sug.keywords:
+            print("keywords: " + "  ".join(f"{k.text}[{k.kind}]" for k in sug.keywords))
+        print(f"predicted count: {sug.predicted_count}   confidence: {sug.confidence:.3f}   model: {sug.model_version}")
+        print("chosen: " + " ## ".join(sug.chosen))
+        print(f"{'#':>3} {'score':>6}  {'code':<12} term   [strategy scores]")
+        for i, c in enumerate(sug.candidates, 1):
+            parts = " ".join(f"{k}={v:.2f}" for k, v in sorted(c.scores.items()))
+            mark = "*" if c.term in sug.chosen else " "
+            print(f"{i:>3}{mark}{c.score:6.3f}  {','.join(c.codes[:2]):<12} {c.term}   [{parts}]")
+        print()
+    return 0
+
+
+def _suggestion_json(s):
+    return {
+        "mention": s.mention, "chosen": s.chosen, "predicted_count": s.predicted_count,
+        "confidence": s.confidence, "model_version": s.model_version,
+        "keywords": [dict(start=k.start, end=k.end, kind=k.kind, text=k.text) for k in s.keywords],
+        "candidates": [dict(term=c.term, codes=c.codes, score=c.score, scores=c.scores) for c in s.candidates],
+    }
+
+
+def cmd_evaluate(args) -> int:
+    from termnorm.engine import evaluate_engine
+    from termnorm.io import load_labelled
+
+    t0 = time.perf_counter()
+    eng = build_engine(args)
+    if args.stage == "full" and not eng.has_ranker:
+        if not args.train:
+            print("--stage full needs --train (to fit the lexical ranker) or --model", file=sys.stderr)
+            return 2
+        eng.fit_lexical(load_labelled(args.train, eng.vocabulary).mentions, progress=True)
+    test = load_labelled(args.test, eng.vocabulary)
+    if test.missing:
+        print(f"note: {len(test.missing)} gold names of {args.test} are not in the vocabulary "
+              f"(first: row {test.missing[0][0]} {test.missing[0][1]!r}); those mentions cannot be fully right")
+    mentions = test.mentions[: args.limit] if args.limit else test.mentions
+    report = evaluate_engine(eng, mentions, stage=args.stage, k=args.k, progress=True)
+    report["setup_seconds"] = round(time.perf_counter() - t0 - report["seconds"], 2)
+    report.update(vocab=args.vocab or "demo", train=args.train, test=args.test, stage=args.stage,
+                  model_version=eng.model_version, missing_gold_names=len(test.missing))
+    errors = report.pop("errors", None)
+    keys = ["n", "accuracy", "micro_precision", "micro_recall", "micro_f1", "recall_at_1", "recall_at_10",
+            "recall_at_20", "candidate_recall", "pair_recall", "mean_candidates", "ndcg_at_5", "count_accuracy",
+            "mentions_per_second"]
+    width = max(len(k) for k in keys)
+    for k in keys:
+        if k in report and report[k] is not None:
+            v = report[k]
+            print(f"{k:<{width}}  {v:.4f}" if isinstance(v, float) else f"{k:<{width}}  {v}")
+    if args.report:
+        Path(args.report).parent.mkdir(parents=True, exist_ok=True)
+        out = dict(report)
+        if errors is not None and args.errors:
+            out["errors"] = errors
+        Path(args.report).write_text(json.dumps(out, ensure_ascii=False, indent=1), encoding="utf-8")
+        print(f"report written to {args.report}")
+    return 0
+
+
+def cmd_train(args) -> int:
+    if args.what == "lexical":
+        from termnorm.io import load_labelled
+
+        eng = build_engine(args)
+        eng.fit_lexical(load_labelled(args.train, eng.vocabulary).mentions, progress=True)
+        path = eng.save(args.out)
+        print(f"saved lexical pipeline to {path}")
+        return 0
+    if args.what == "recall":
+        from termnorm.dense.train import main as dense_main
+
+        return dense_main(args.rest) or 0
+    if args.what == "rank":
+        from termnorm.rank.train import main as rank_main
+
+        return rank_main(args.rest) or 0
+    return 2
+
+
+def cmd_encoder(args) -> int:
+    from termnorm.encoder.build import cli_build
+
+    return cli_build(args.rest) or 0
+
+
+def cmd_app(args) -> int:
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ)
+    if args.db:
+        env["TERMNORM_DB_URL"] = args.db
+    return subprocess.call([sys.executable, "-m", "streamlit", "run", str(root / "app.py"),
+                            "--server.headless", "true", "--server.port", str(args.port)], env=env)
+
+
+def cmd_load_data(args) -> int:
+    from db.loader import load_folder
+
+    return load_folder(args.folder, db_url=args.db, limit=args.limit) or 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="termnorm", description=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    p = sub.add_parser("normalize", help="rank standard terms for mentions")
+    p.add_argument("text", nargs="+")
+    p.add_argument("--k", type=int, default=10)
+    p.add_argument("--json", action="store_true")
+    _add_data_args(p)
+    p.set_defaults(func=cmd_normalize)
+
+    p = sub.add_parser("evaluate", help="evaluate recall or the full pipeline on a labelled file")
+    _add_data_args(p)
+    p.add_argument("--test", required=True)
+    p.add_argument("--stage", choices=["recall", "full"], default="recall")
+    p.add_argument("--report", help="write the metrics as JSON here")
+    p.add_argument("--errors", action="store_true", help="include the per-mention error table in the JSON")
+    p.add_argument("--k", type=int, default=20, help="candidates shown per mention (recall@k)")
+    p.add_argument("--limit", type=int, help="only the first N test mentions")
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("train", help="train a pipeline part: lexical | recall | rank")
+    p.add_argument("what", choices=["lexical", "recall", "rank"])
+    p.add_argument("--out", default="models/lexical")
+    _add_data_args(p)
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("encoder", help="build the offline encoder: termnorm encoder build [--cache DIR]")
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_encoder)
+
+    p = sub.add_parser("app", help="start the coding app")
+    p.add_argument("--db", help="SQLAlchemy URL (default: SQLite file db/termnorm.sqlite3)")
+    p.add_argument("--port", type=int, default=8501)
+    p.set_defaults(func=cmd_app)
+
+    p = sub.add_parser("load-data", help="load real vocabularies and mention sets from a folder such as ../shared/data")
+    p.add_argument("folder")
+    p.add_argument("--db")
+    p.add_argument("--limit", type=int, help="mentions per set")
+    p.set_defaults(func=cmd_load_data)
+
+    from termnorm.cli_admin import add_create_admin_arguments, cmd_create_admin
+
+    p = sub.add_parser("create-admin", help="create the first admin of the review app")
+    add_create_admin_arguments(p)
+    p.set_defaults(func=cmd_create_admin)
+
+    args = ap.parse_args(argv)
+    try:
+        return args.func(args)
+    except Exception as e:  # a clear message instead of a traceback for data errors
+        from termnorm.errors import DataFormatError
+
+        if isinstance(e, (DataFormatError, FileNotFoundError)):
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,400 @@
+"""The engine facade: recall -> rank -> fuse behind one object the CLI and the app call.
+
+``Engine`` owns a vocabulary, the keyword tagger, the multi-strategy recall
+union (lexical strategies + history of coded mentions, and the dense
+bi-encoder when a trained model is given), a ranker (the lexical GBM ranker,
+or the keyword-attentive cross-encoder) and the output rule that decides how
+many terms a mention needs. Coded mentions and synonyms added at run time
+take effect on the next query without retraining (approach E's sieve: an
+exact normalized match of an already-coded mention returns its terms).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from termnorm.records import Candidate, KeywordSpan, LabelledMention, Suggestion
+from termnorm.text.normalize import normalize
+from termnorm.vocabulary import Vocabulary
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets" / "demo"
+
+# Confidence given to an exact normalized match of an already-coded mention
+# (the sieve's first stage). On Yidu-N7K, a val mention whose normalized text
+# equals a train mention has the same gold set in the large majority of
+# cases; the calibrated model below replaces this when a ranker is fitted.
+SIEVE_CONFIDENCE = 0.97
+
+
+def demo_vocabulary(which: str = "procedures") -> Vocabulary:
+    v = Vocabulary(name=f"demo-{which}", source=str(ASSETS / f"{which}.csv"))
+    with open(ASSETS / f"{which}.csv", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            syn = [s for s in (row.get("synonyms") or "").split("|") if s.strip()]
+            v.add_term(row["name"], [row["code"]], syn)
+    return v
+
+
+def demo_mentions(which: str | None = None) -> list[LabelledMention]:
+    out = []
+    with open(ASSETS / "mentions.csv", encoding="utf-8") as f:
+        for i, row in enumerate(csv.DictReader(f), start=2):
+            if which and row.get("vocabulary") != which:
+                continue
+            out.append(LabelledMention(row["mention"], [t for t in row["terms"].split("##") if t], i))
+    return out
+
+
+class Engine:
+    def __init__(self, vocabulary: Vocabulary, history: list[LabelledMention] | None = None,
+                 keyword_dir=None, split: bool = True, model_version: str = "lexical", tagger=None,
+                 recall_profile: str = "wide"):
+        from termnorm.recall.history import add_history_terms
+        from termnorm.text.keywords import KeywordTagger
+
+        self.vocabulary = vocabulary
+        self.model_version = model_version
+        self.split = split
+        self.keyword_dir = keyword_dir
+        self.abbreviations = _abbreviations(keyword_dir, vocabulary.language)
+        self.tagger = tagger or KeywordTagger.from_vocabulary(vocabulary, keyword_dir=keyword_dir)
+        self.history: list[LabelledMention] = list(history or [])
+        self.recall_profile = recall_profile
+        # gold names of coded mentions that the vocabulary lacks are terms the
+        # hospital uses: make them candidates (CHIP-CDN dev: 100 -> 22 unreachable mentions)
+        self.added_terms = add_history_terms(vocabulary, self.history)
+        self._sieve: dict[str, list[str]] = {}
+        for m in self.history:
+            self._sieve[normalize(m.text)] = list(m.terms)
+        self._vocab_strategies = build_vocab_strategies(vocabulary, self.tagger, keyword_dir)
+        self._history_recallers = history_strategies(vocabulary, self.history)
+        self.union = self._union([*self._vocab_strategies, *self._history_recallers], split=split)
+        self._search_union = self._union(self._vocab_strategies, split=False)
+        self.lexranker = None
+        self.theta = None
+        self.confidence_model = None
+        self.dense = None
+        self.meta: dict = {}
+
+    # ---- construction ---------------------------------------------------
+    @classmethod
+    def from_demo(cls, which: str = "procedures") -> "Engine":
+        return cls(demo_vocabulary(which))
+
+    def _union(self, strategies, split: bool):
+        """A union over already-fitted strategies (the vocabulary ones are fitted once and shared)."""
+        from termnorm.recall.union import K_PROFILES, UnionRecaller
+
+        u = UnionRecaller(strategies, K_PROFILES[self.recall_profile], split=split, abbreviations=self.abbreviations)
+        return u.fit(self.vocabulary, fit_strategies=False)
+
+    @property
+    def has_ranker(self) -> bool:
+        return self.lexranker is not None
+
+    # ---- recall -----------------------------------------------------------
+    def recall_batch(self, mentions: list[str], union=None) -> list[list[Candidate]]:
+        cands = (union or self.union).recall_batch(list(mentions))
+        for m, cl in zip(mentions, cands):
+            hit = self._sieve.get(normalize(m))
+            if hit:
+                self._boost_sieve(cl, hit)
+        return cands
+
+    def _boost_sieve(self, cands: list[Candidate], terms: list[str]) -> None:
+        have = {c.term: c for c in cands}
+        for t in terms:
+            c = have.get(t)
+            if c is None:
+                tid = self.vocabulary.get_id(t)
+                if tid is None:
+                    continue
+                c = Candidate(tid, t, 0.0, {}, self.vocabulary.codes_of(t))
+                cands.append(c)
+            c.scores["sieve"] = 1.0
+
+    def _n_parts(self, mention: str) -> int:
+        if not self.split:
+            return 1
+        from termnorm.text.split import split_mention
+
+        return max(1, len(split_mention(mention)))
+
+    # ---- lexical ranking ----------------------------------------------------
+    def fit_lexical(self, train: list[LabelledMention], folds: int = 4, progress: bool = False,
+                    seed: int = 0) -> dict:
+        """Fit the GBM ranker + count classifier on K-fold recall candidates (see termnorm.lexrank)."""
+        from termnorm.lexrank import LexicalRanker, PairFeaturizer
+        train = [m for m in train if m.terms]
+        rng = np.random.default_rng(seed)
+        fold_of = rng.integers(0, folds, len(train))
+        mentions, cand_lists, golds, n_parts, hcounts = [], [], [], [], []
+        it = range(folds)
+        if progress:
+            from tqdm import tqdm
+            it = tqdm(it, desc="recall for ranker training (folds)")
+        for f in it:
+            inside = [m for m, g in zip(train, fold_of) if g == f]
+            outside = [m for m, g in zip(train, fold_of) if g != f]
+            union = self._union([*self._vocab_strategies, *history_strategies(self.vocabulary, outside)],
+                                split=self.split)
+            sieve = {normalize(m.text): m.terms for m in outside}
+            texts = [m.text for m in inside]
+            cl = union.recall_batch(texts)
+            for m, cands in zip(inside, cl):
+                hit = sieve.get(normalize(m.text))
+                if hit:
+                    self._boost_sieve(cands, hit)
+                mentions.append(m.text)
+                cand_lists.append(cands)
+                golds.append(m.terms)
+                n_parts.append(self._n_parts(m.text))
+                hcounts.append(len(hit) if hit else 0)
+        keys = sorted({k for cl in cand_lists for c in cl for k in c.scores})
+        feat = PairFeaturizer(keys, tagger=self.tagger)
+        t0 = time.perf_counter()
+        self.lexranker = LexicalRanker(feat, seed=seed).fit(mentions, cand_lists, golds, n_parts, hcounts)
+        self._fit_confidence(mentions, cand_lists, golds, n_parts, hcounts)
+        self.model_version = "lexical-gbm-" + _hash_mentions(train)[:8]
+        self.meta.update(train_size=len(train), train_sha256=_hash_mentions(train), score_keys=keys,
+                         fit_seconds=round(time.perf_counter() - t0, 2))
+        return self.meta
+
+    def _fit_confidence(self, mentions, cand_lists, golds, n_parts, hcounts) -> None:
+        """Platt-style calibration of P(whole answer right) on the K-fold predictions."""
+        from sklearn.linear_model import LogisticRegression
+
+        preds = self._rank_and_choose(mentions, cand_lists, n_parts, hcounts)
+        X = np.array([p[3] for p in preds])
+        y = np.array([set(p[1]) == set(g) for p, g in zip(preds, golds)], dtype=int)
+        if len(set(y)) > 1:
+            self.confidence_model = LogisticRegression(max_iter=1000).fit(X, y)
+
+    def _rank_and_choose(self, mentions, cand_lists, n_parts, hcounts):
+        """-> list of (sorted candidates, chosen terms, count, confidence features)."""
+        from termnorm.lexrank import choose
+
+        probs = self.lexranker.score(mentions, cand_lists, n_parts)
+        cps = self.lexranker.count_probs(mentions, probs, n_parts, hcounts)
+        out = []
+        for m, cands, p, cp, hc in zip(mentions, cand_lists, probs, cps, hcounts):
+            order = np.argsort(-p, kind="stable") if len(p) else np.zeros(0, dtype=int)
+            ranked = [cands[i] for i in order]
+            ps = p[order] if len(p) else p
+            for c, s in zip(ranked, ps):
+                c.scores["ranker"] = float(s)
+                c.score = float(s)
+            chosen = choose(ranked, ps, cp, self.lexranker.theta)
+            x = len(chosen)
+            last = ps[x - 1] if x and len(ps) >= x else 0.0
+            nxt = ps[x] if len(ps) > x else 0.0
+            feats = [float(last), float(last - nxt), float(cp.max()), float(hc > 0), float(ps[0]) if len(ps) else 0.0]
+            out.append((ranked, chosen, x, feats, cp))
+        return out
+
+    # ---- the public API ---------------------------------------------------------
+    def suggest_batch(self, mentions, k: int = 20, progress=None) -> list[Suggestion]:
+        mentions = list(mentions)
+        out: list[Suggestion] = []
+        step = 64
+        for s in range(0, len(mentions), step):
+            chunk = mentions[s:s + step]
+            cand_lists = self.recall_batch(chunk)
+            out.extend(self._finish(chunk, cand_lists, k))
+            if progress:
+                progress(min(len(mentions), s + step), len(mentions))
+        return out
+
+    def _finish(self, mentions, cand_lists, k) -> list[Suggestion]:
+        res = []
+        if self.lexranker is not None:
+            n_parts = [self._n_parts(m) for m in mentions]
+            hcounts = [len(self._sieve.get(normalize(m), [])) for m in mentions]
+            for m, (ranked, chosen, x, feats, cp) in zip(
+                    mentions, self._rank_and_choose(mentions, cand_lists, n_parts, hcounts)):
+                conf = (float(self.confidence_model.predict_proba([feats])[0, 1])
+                        if self.confidence_model is not None else feats[0])
+                res.append(Suggestion(m, ranked[:k], x, chosen, conf, self.tag(m), self.model_version,
+                                      self._parts(m)))
+            return res
+        for m, cands in zip(mentions, cand_lists):
+            hit = self._sieve.get(normalize(m))
+            ranked = sorted(cands, key=lambda c: (-c.scores.get("sieve", 0.0), -c.score))
+            if hit:
+                chosen, conf = list(hit), SIEVE_CONFIDENCE
+            else:
+                chosen, conf = [c.term for c in ranked[:1]], float(ranked[0].score) if ranked else 0.0
+            res.append(Suggestion(m, ranked[:k], len(chosen), chosen, min(1.0, conf), self.tag(m),
+                                  self.model_version, self._parts(m)))
+        return res
+
+    def _parts(self, mention: str) -> list[str]:
+        if not self.split:
+            return []
+        from termnorm.text.split import split_mention
+
+        parts = split_mention(mention)
+        return parts if len(parts) > 1 else []
+
+    def suggest(self, mention: str, k: int = 20) -> Suggestion:
+        return self.suggest_batch([mention], k)[0]
+
+    def tag(self, text: str) -> list[KeywordSpan]:
+        return self.tagger.tag(text)
+
+    def search_vocabulary(self, query: str, limit: int = 20) -> list[Candidate]:
+        """Type-ahead search over names and synonyms (exact, char TF-IDF, Jaccard)."""
+        if not query.strip():
+            return []
+        cands = self._search_union.recall_batch([query])[0]
+        q = normalize(query)
+        cands.sort(key=lambda c: (-(q in normalize(c.term)), -c.score))
+        return cands[:limit]
+
+    def add_coded_mention(self, mention: str, terms: list[str]) -> None:
+        """A coder's decision: the same mention now returns these terms, similar ones get them as candidates."""
+        terms = [t for t in terms if t in self.vocabulary]
+        if not terms:
+            return
+        self._sieve[normalize(mention)] = list(terms)
+        self.history.append(LabelledMention(mention, list(terms)))
+        for r in self._history_recallers:
+            r.add_coded_mention(mention, list(terms))
+
+    def add_synonym(self, term: str, synonym: str) -> None:
+        if self.vocabulary.add_synonym(term, synonym):
+            for s in self._vocab_strategies:
+                s.add_coded_mention(synonym, [term])
+        self._sieve.setdefault(normalize(synonym), [term])
+
+    # ---- persistence ------------------------------------------------------------
+    def save(self, folder) -> Path:
+        import joblib
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        joblib.dump({"vocabulary": self.vocabulary, "history": self.history, "lexranker": self.lexranker,
+                     "confidence_model": self.confidence_model, "split": self.split,
+                     "keyword_dir": str(self.keyword_dir) if self.keyword_dir else None,
+                     "recall_profile": self.recall_profile},
+                    folder / "pipeline.joblib", compress=3)
+        config = {"format": "termnorm-pipeline/1", "model_version": self.model_version,
+                  "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "vocabulary": self.vocabulary.name,
+                  "vocabulary_source": self.vocabulary.source, "n_terms": len(self.vocabulary),
+                  "stages": ["lexical-recall", "history", "lexical-gbm-ranker", "count"], **self.meta}
+        (folder / "config.json").write_text(json.dumps(config, ensure_ascii=False, indent=1), encoding="utf-8")
+        return folder
+
+    @classmethod
+    def load(cls, folder, progress: bool = False) -> "Engine":
+        import joblib
+
+        folder = Path(folder)
+        if not (folder / "config.json").exists():
+            raise FileNotFoundError(f"{folder}: not a termnorm pipeline folder (no config.json)")
+        state = joblib.load(folder / "pipeline.joblib")
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        eng = cls(state["vocabulary"], history=state["history"], keyword_dir=state.get("keyword_dir"),
+                  split=state["split"], model_version=config["model_version"],
+                  recall_profile=state.get("recall_profile", "wide"))
+        eng.lexranker = state["lexranker"]
+        if eng.lexranker is not None:
+            eng.lexranker.featurizer.tagger = eng.tagger
+        eng.confidence_model = state["confidence_model"]
+        eng.meta = config
+        return eng
+
+
+def build_vocab_strategies(vocabulary: Vocabulary, tagger=None, keyword_dir=None) -> list:
+    """The lexical strategies over the vocabulary, fitted once (history recall is separate).
+
+    The same set ``benchmarks/recall.py`` measures: exact (also with approach
+    words stripped), names contained in the mention, char TF-IDF, char
+    Jaccard, word BM25 over jieba tokens.
+    """
+    from termnorm.recall.bm25 import BM25Recaller
+    from termnorm.recall.exact import ContainedNameRecaller, ExactRecaller
+    from termnorm.recall.jaccard import JaccardRecaller
+    from termnorm.recall.tfidf import CharTfidfRecaller
+
+    words = list(tagger.words()) if tagger is not None and hasattr(tagger, "words") else []
+    approach = list(tagger.words("approach")) if tagger is not None and hasattr(tagger, "words") else []
+    strategies = [ExactRecaller(strip_words=approach), ContainedNameRecaller(), CharTfidfRecaller(),
+                  JaccardRecaller(), BM25Recaller(user_words=words)]
+    return [s.fit(vocabulary) for s in strategies]
+
+
+def history_strategies(vocabulary: Vocabulary, history: list[LabelledMention]) -> list:
+    """History recall over coded mentions: char TF-IDF and char Jaccard (approach B's third strategy)."""
+    from termnorm.recall.history import HistoryRecaller
+
+    return [HistoryRecaller().fit(vocabulary, history), HistoryRecaller(similarity="jaccard").fit(vocabulary, history)]
+
+
+def _abbreviations(keyword_dir, language: str) -> dict | None:
+    """Abbreviation expansions (copd -> 慢性阻塞性肺疾病) from a keyword folder, if it has them."""
+    if not keyword_dir or language != "zh":
+        return None
+    p = Path(keyword_dir) / "abbreviations.json"
+    if not p.exists():
+        return None
+    from termnorm.io import load_keywords
+
+    return load_keywords(keyword_dir).get("abbreviations") or None
+
+
+def _hash_mentions(ms: list[LabelledMention]) -> str:
+    h = hashlib.sha256()
+    for m in ms:
+        h.update(m.text.encode())
+        h.update(b"\t")
+        h.update("##".join(m.terms).encode())
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def evaluate_engine(engine: Engine, mentions: list[LabelledMention], stage: str = "recall", k: int = 20,
+                    progress: bool = False) -> dict:
+    """Run recall (or the full pipeline) on labelled mentions and compute every metric."""
+    from termnorm.evaluate import evaluate_predictions
+
+    texts = [m.text for m in mentions]
+    gold = [m.terms for m in mentions]
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=len(texts), desc=f"{stage} on {len(texts)} mentions")
+    t0 = time.perf_counter()
+    if stage == "recall":
+        cand_lists = []
+        for s in range(0, len(texts), 256):
+            cand_lists.extend(engine.recall_batch(texts[s:s + 256]))
+            if bar:
+                bar.update(len(texts[s:s + 256]))
+        for cl in cand_lists:
+            cl.sort(key=lambda c: -c.score)
+        ranked = [[c.term for c in cl] for cl in cand_lists]
+        predicted = [r[:1] for r in ranked]
+        counts = None
+    else:
+        def cb(done, total):
+            if bar:
+                bar.n = done
+                bar.refresh()
+        sugs = engine.suggest_batch(texts, k=10 ** 6, progress=cb)
+        ranked = [[c.term for c in s.candidates] for s in sugs]
+        predicted = [s.chosen for s in sugs]
+        counts = [s.predicted_count for s in sugs]
+    secs = time.perf_counter() - t0
+    if bar:
+        bar.close()
+    rep = evaluate_predictions(gold, predicted, ranked, predicted_counts=counts)
+    rep["seconds"] = round(secs, 3)
+    rep["mentions_per_second"] = round(len(texts) / secs, 1) if secs > 0 else None
+    return rep
