@@ -2,18 +2,28 @@
 
 The pages in ``pages/`` draw the screens; this script prepares the database
 (``TERMNORM_DB_URL``, default ``db/termnorm.sqlite3``; seeded with the embedded
-demo vocabularies and batches on first run) and keeps in the sidebar what
-every page shares: who is coding, which vocabulary, which batch.
+demo vocabularies and batches on first run), asks who is there (sign-in,
+db.auth; ``TERMNORM_AUTH=off`` only for tests and the offline demo), offers
+the pages the user's role allows, and keeps in the sidebar what every page
+shares: who is coding, which vocabulary, which batch.
 """
 
 import streamlit as st
 
-from db import services
+from db import auth, services
 from pages import _ui
 
 st.set_page_config(page_title="termnorm review", page_icon=":material/medical_information:", layout="wide")
 
 url = _ui.ready_database(_ui.db_url())
+
+user = _ui.current_user()
+if user is None:
+    st.navigation([st.Page("pages/sign_in.py", title="Sign in", icon=":material/login:")]).run()
+    st.stop()
+signed_in = bool(st.session_state.get(_ui.AUTH_KEY))
+if signed_in:
+    st.session_state["username"] = user["username"]  # what the pages record as the decider
 
 with _ui.session() as s:
     vocabs = services.vocabularies(s)
@@ -41,9 +51,13 @@ def _bound(widget_key: str, state_key: str) -> dict:
 
 ss = st.session_state
 with st.sidebar:
-    # roles and passwords arrive in a later issue; for now the name says who decided
-    ss.setdefault("username", "coder")
-    st.text_input("Your name", max_chars=100, **_bound("_username", "username"))
+    if signed_in:
+        who = st.columns([3, 2], vertical_alignment="center")
+        who[0].markdown(f"**{_ui.esc(user['username'])}** · {user['role']}")
+        who[1].button("Sign out", on_click=_ui.sign_out, icon=":material/logout:", type="tertiary")
+    else:  # sign-in switched off (TERMNORM_AUTH=off): the typed name says who decided
+        ss.setdefault("username", "coder")
+        st.text_input("Your name", max_chars=100, **_bound("_username", "username"))
     if vocab_ids:
         if ss.get("vocabulary_id") not in vocab_ids:
             ss["vocabulary_id"] = vocab_ids[0]
@@ -59,9 +73,20 @@ with st.sidebar:
         else:
             st.caption("No batch for this vocabulary yet: import one.")
 
-pages = [
+pages = {"Coding": [
     st.Page("pages/coding_queue.py", title="Coding queue", icon=":material/edit_note:", default=True),
     st.Page("pages/import_export.py", title="Import / Export", icon=":material/swap_vert:"),
     st.Page("pages/vocabulary_browser.py", title="Vocabulary", icon=":material/menu_book:"),
-]
+]}
+# only the pages the role allows are offered; each of them checks the role again (_ui.require_role)
+role = user["role"]
+if auth.has_role(role, "annotator"):
+    pages["Gold data"] = [st.Page("pages/annotate.py", title="Annotate", icon=":material/rate_review:")]
+if auth.has_role(role, "lead"):
+    pages["Gold data"] += [st.Page("pages/gold_tasks.py", title="Gold tasks", icon=":material/fact_check:"),
+                           st.Page("pages/adjudicate.py", title="Adjudicate", icon=":material/gavel:")]
+    pages["Lead"] = [st.Page("pages/dashboards.py", title="Dashboards", icon=":material/monitoring:"),
+                     st.Page("pages/training.py", title="Training", icon=":material/model_training:")]
+if auth.has_role(role, "admin"):
+    pages["Admin"] = [st.Page("pages/admin_users.py", title="Users", icon=":material/manage_accounts:")]
 st.navigation(pages).run()

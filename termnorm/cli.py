@@ -85,7 +85,8 @@ def cmd_evaluate(args) -> int:
     report = evaluate_engine(eng, mentions, stage=args.stage, k=args.k, progress=True)
     report["setup_seconds"] = round(time.perf_counter() - t0 - report["seconds"], 2)
     report.update(vocab=args.vocab or "demo", train=args.train, test=args.test, stage=args.stage,
-                  model_version=eng.model_version, missing_gold_names=len(test.missing))
+                  model_version=eng.model_version, missing_gold_names=len(test.missing),
+                  model=eng.meta)
     errors = report.pop("errors", None)
     keys = ["n", "accuracy", "micro_precision", "micro_recall", "micro_f1", "recall_at_1", "recall_at_10",
             "recall_at_20", "candidate_recall", "pair_recall", "mean_candidates", "ndcg_at_5", "count_accuracy",
@@ -114,6 +115,10 @@ def cmd_train(args) -> int:
         path = eng.save(args.out)
         print(f"saved lexical pipeline to {path}")
         return 0
+    if args.what == "retrain":
+        from termnorm.retrain import main as retrain_main
+
+        return retrain_main(args.rest) or 0
     if args.what == "recall":
         from termnorm.dense.train import main as dense_main
 
@@ -170,8 +175,8 @@ def main(argv=None) -> int:
     p.add_argument("--limit", type=int, help="only the first N test mentions")
     p.set_defaults(func=cmd_evaluate)
 
-    p = sub.add_parser("train", help="train a pipeline part: lexical | recall | rank")
-    p.add_argument("what", choices=["lexical", "recall", "rank"])
+    p = sub.add_parser("train", help="train a pipeline part: lexical | recall | rank | retrain (from the app's decisions)")
+    p.add_argument("what", choices=["lexical", "recall", "rank", "retrain"])
     p.add_argument("--out", default="models/lexical")
     _add_data_args(p)
     p.add_argument("rest", nargs=argparse.REMAINDER)

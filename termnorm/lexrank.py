@@ -158,6 +158,7 @@ class LexicalRanker:
     def __init__(self, featurizer: PairFeaturizer, theta: float = THETA, seed: int = 0):
         self.featurizer = featurizer
         self.theta = theta
+        self.rule = ("count", theta)
         self.seed = seed
         self.pair_model = None
         self.count_model = None
@@ -229,12 +230,45 @@ class LexicalRanker:
         return full
 
 
-def choose(cands: list[Candidate], probs: np.ndarray, count_probs: np.ndarray, theta: float = THETA):
-    """Approach A's output rule on candidates already sorted by probability."""
+def choose(cands: list[Candidate], probs: np.ndarray, count_probs: np.ndarray, theta: float = THETA,
+           rule: tuple[str, float] = ("count", THETA)):
+    """The output rule on candidates already sorted by probability.
+
+    ``("count", theta)`` is approach A's: the top x, x the predicted count, and
+    for ">=3" every further candidate with p > theta. ``("count+threshold", t)``
+    also adds every further candidate with p > t whatever the count says, and
+    ``("threshold", t)`` outputs every candidate with p > t (at least one).
+    Which rule and t is chosen per data set on held-out training mentions
+    (:func:`select_rule`).
+    """
     if not cands:
         return []
+    kind, t = rule
+    if kind == "threshold":
+        chosen = [c.term for c, p in zip(cands, probs) if p > t]
+        return chosen or [cands[0].term]
     x = int(np.argmax(count_probs)) + 1
     chosen = [c.term for c in cands[:x]]
     if x >= 3:
         chosen += [c.term for c, p in zip(cands[3:], probs[3:]) if p > theta]
+    if kind == "count+threshold":
+        chosen += [c.term for c, p in zip(cands[x:], probs[x:]) if p > t and c.term not in chosen]
     return chosen
+
+
+RULES = [("count", THETA)] + [(k, t) for k in ("count+threshold", "threshold")
+                              for t in (0.2, 0.3, 0.4, 0.5, 0.6, 0.7)]
+
+
+def select_rule(cand_lists, probs, count_probs, golds, theta: float = THETA):
+    """The rule of :data:`RULES` with the best exact-set accuracy on held-out mentions -> (rule, accuracies)."""
+    scores = {}
+    for rule in RULES:
+        ok = 0
+        for cands, p, cp, gold in zip(cand_lists, probs, count_probs, golds):
+            order = np.argsort(-p, kind="stable")
+            ranked = [cands[i] for i in order]
+            ok += set(choose(ranked, p[order], cp, theta, rule)) == set(gold)
+        scores[rule] = ok / max(1, len(golds))
+    best = max(RULES, key=lambda r: (scores[r], r == RULES[0]))
+    return best, {f"{k}@{t}": round(v, 4) for (k, t), v in scores.items()}

@@ -1,0 +1,462 @@
+"""Background jobs (retraining) that outlive the Streamlit script run that started them.
+
+A job is a separate Python process (``python -m termnorm.jobs run <folder>``)
+started in its own session (``start_new_session``: its own process group, no
+controlling terminal), so Streamlit reruns, page reloads and browser sessions
+come and go while it runs; the page only reads the job's status file. One
+job runs at a time (a lock file in the jobs root).
+
+Per job, a folder ``<root>/<job id>/`` holds::
+
+    job.json      what to run: target "module:function", params
+    status.json   state (queued / running / done / failed / cancelled), progress
+                  fraction, message, metrics, pid, times -- replaced atomically
+    job.log       the worker's stdout + stderr (tqdm bars, tracebacks)
+
+Crash safety: a status that says running (or queued) while its process is
+gone (killed, machine rebooted) is turned into ``failed`` by the next reader
+and the lock is released; a lock whose job is not alive is stale and removed.
+The process is identified by pid *and* start time, so a recycled pid is not
+mistaken for the job.
+
+A target is ``fn(params: dict, ctx: JobContext) -> dict`` (the metrics);
+``ctx.progress(fraction, message)`` reports progress. Cancel sends SIGTERM to
+the job's process group (the worker records ``cancelled``), then SIGKILL
+after a grace period.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from termnorm.registry import REPO, file_lock, read_json, utc_now, write_json_atomic
+
+ENV_ROOT = "TERMNORM_JOBS"
+STATES = ("queued", "running", "done", "failed", "cancelled")
+FINAL = ("done", "failed", "cancelled")
+
+#: Seconds a job may stay "queued" with no live process before it is declared failed
+#: (spawning a Python process takes ~1 s; 60 s leaves room for a heavily loaded machine).
+QUEUED_GRACE_S = 60.0
+#: Seconds between SIGTERM and SIGKILL on cancel: enough for the worker to write its final
+#: status between two Python bytecodes; a long C call (a GBM fit) is then killed outright.
+CANCEL_GRACE_S = 5.0
+#: The worker lowers its priority by this much: the app and the coders come first.
+NICENESS = 10
+
+
+class JobBusy(RuntimeError):
+    """Another job is running (one at a time)."""
+
+
+class JobCancelled(BaseException):
+    """Raised inside the worker when SIGTERM arrives (BaseException: not swallowed by ``except Exception``)."""
+
+
+_held = threading.local()  # guard files this thread holds (flock is not re-entrant across open())
+
+
+@contextmanager
+def _guard(path: Path):
+    """A re-entrant (per thread) exclusive lock on ``path``."""
+    held = getattr(_held, "paths", None)
+    if held is None:
+        held = _held.paths = set()
+    key = str(path)
+    if key in held:
+        yield
+        return
+    with file_lock(path):
+        held.add(key)
+        try:
+            yield
+        finally:
+            held.discard(key)
+
+
+def default_root() -> Path:
+    """``$TERMNORM_JOBS`` if set, else ``runs/jobs/`` in the repository (git-ignored)."""
+    env = os.environ.get(ENV_ROOT)
+    return Path(env) if env else REPO / "runs" / "jobs"
+
+
+# ------------------------------------------------------------------------------------- processes
+def _proc_start(pid: int) -> int | None:
+    """The process start time (clock ticks since boot, /proc/<pid>/stat field 22); None if gone or a zombie."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError, OSError):
+        return None
+    rest = raw[raw.rfind(")") + 2:].split()  # fields after "(comm)": state is field 3
+    if rest[0] in ("Z", "X"):
+        return None
+    return int(rest[19])
+
+
+def pid_alive(pid: int | None, start: int | None = None) -> bool:
+    """Is ``pid`` a live (non-zombie) process, and the same one that started at ``start``?"""
+    if not pid:
+        return False
+    try:  # reap it if it is our own exited child (else it lingers as a zombie)
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+    except OSError:
+        pass
+    now = _proc_start(pid)
+    if now is None:
+        return False
+    return start is None or now == start
+
+
+def detect_device() -> str:
+    """``$TERMNORM_DEVICE`` if set; else "cuda" when torch is installed and sees a GPU; else "cpu".
+
+    (The lexical GBM is CPU-only; the neural parts' training functions pick the same device.)
+    """
+    import importlib.util
+
+    forced = os.environ.get("TERMNORM_DEVICE")
+    if forced:
+        return forced
+
+    if importlib.util.find_spec("torch") is None:
+        return "cpu"
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+# ------------------------------------------------------------------------------------- the runner
+class JobRunner:
+    """Start, watch and cancel background jobs under one root folder (one job at a time)."""
+
+    def __init__(self, root=None):
+        self.root = Path(root) if root is not None else default_root()
+        self.lock_path = self.root / "running.lock"
+        self.guard_path = self.root / ".guard"  # serialises lock acquisition between processes
+
+    # -- paths / files -----------------------------------------------------------------
+    def folder(self, job_id: str) -> Path:
+        return self.root / job_id
+
+    def _status_path(self, job_id: str) -> Path:
+        return self.folder(job_id) / "status.json"
+
+    def _read_status(self, job_id: str) -> dict | None:
+        return read_json(self._status_path(job_id))
+
+    def update(self, job_id: str, **changes) -> dict:
+        """Read-modify-write the status under the job's lock; a final state is never overwritten
+        by a non-final one (a late progress report cannot resurrect a cancelled job)."""
+        folder = self.folder(job_id)
+        with file_lock(folder / ".status.lock"):
+            st = self._read_status(job_id) or {"id": job_id}
+            if st.get("state") in FINAL and changes.get("state") not in (None, *FINAL):
+                return st
+            if st.get("state") in FINAL and "state" in changes and changes["state"] != st["state"]:
+                return st  # the first final state wins (done vs cancelled race)
+            if st.get("state") in FINAL and "state" not in changes:
+                return st
+            st.update(changes)
+            st["updated"] = utc_now()
+            write_json_atomic(self._status_path(job_id), st)
+            return st
+
+    # -- lock ---------------------------------------------------------------------------
+    def _lock_holder(self) -> dict | None:
+        try:
+            return json.loads(self.lock_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (json.JSONDecodeError, OSError):
+            return {"job_id": None, "torn": True}
+
+    def _lock_is_stale(self, holder: dict) -> bool:
+        job_id = holder.get("job_id")
+        if not job_id:
+            # torn / empty lock: stale once older than the queued grace period
+            try:
+                age = time.time() - self.lock_path.stat().st_mtime
+            except FileNotFoundError:
+                return True
+            return age > QUEUED_GRACE_S
+        st = self.status(job_id)  # also turns a dead "running" job into failed
+        return st is None or st.get("state") in FINAL
+
+    def _release(self, job_id: str) -> None:
+        with _guard(self.guard_path):
+            holder = self._lock_holder()
+            if holder is not None and holder.get("job_id") in (job_id, None):
+                try:
+                    self.lock_path.unlink()
+                except FileNotFoundError:
+                    pass
+
+    # -- public API -------------------------------------------------------------------------
+    def start(self, target: str, params: dict | None = None, title: str = "", niceness: int = NICENESS) -> str:
+        """Start ``target`` ("package.module:function") in a detached worker; returns the job id.
+
+        Raises JobBusy when another job is alive (a stale lock is recovered first).
+        """
+        if ":" not in target:
+            raise ValueError(f"target must be 'module:function', got {target!r}")
+        self.root.mkdir(parents=True, exist_ok=True)
+        job_id = time.strftime("%Y%m%d-%H%M%S-", time.gmtime()) + uuid.uuid4().hex[:6]
+        with _guard(self.guard_path):
+            holder = self._lock_holder()
+            if holder is not None:
+                if not self._lock_is_stale(holder):
+                    raise JobBusy(f"job {holder.get('job_id')} is running; one job at a time")
+                self.lock_path.unlink(missing_ok=True)
+            fd = os.open(self.lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            with os.fdopen(fd, "w") as f:
+                json.dump({"job_id": job_id, "created": utc_now()}, f)
+                f.flush()
+                os.fsync(f.fileno())
+            folder = self.folder(job_id)
+            folder.mkdir(parents=True)
+            write_json_atomic(folder / "job.json", {"id": job_id, "target": target, "params": params or {},
+                                                    "title": title or target, "niceness": niceness})
+            write_json_atomic(folder / "status.json", {
+                "id": job_id, "title": title or target, "target": target, "state": "queued", "progress": 0.0,
+                "message": "starting", "metrics": {}, "pid": None, "pid_start": None, "created": utc_now(),
+                "started": None, "finished": None, "updated": utc_now(), "error": None, "device": None})
+        try:
+            log = open(folder / "job.log", "ab")
+            env = dict(os.environ)
+            env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
+            env["PYTHONUNBUFFERED"] = "1"
+            proc = subprocess.Popen([sys.executable, "-m", "termnorm.jobs", "run", str(folder)], cwd=str(REPO),
+                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True, close_fds=True, env=env)
+            log.close()
+        except BaseException as e:
+            self.update(job_id, state="failed", error=f"could not start the worker: {e}", finished=utc_now())
+            self._release(job_id)
+            raise
+        # reap the worker when it exits, so it never lingers as a zombie of this (long-lived) process
+        threading.Thread(target=proc.wait, daemon=True, name=f"reap-{job_id}").start()
+        self.update(job_id, pid=proc.pid, pid_start=_proc_start(proc.pid))
+        return job_id
+
+    def status(self, job_id: str) -> dict | None:
+        """The job's status; a running / queued job whose process is gone is marked failed first."""
+        st = self._read_status(job_id)
+        if st is None or st.get("state") in FINAL:
+            return st
+        pid = st.get("pid")
+        if pid and pid_alive(pid, st.get("pid_start")):
+            return st
+        if not pid:
+            created = _parse_time(st.get("created"))
+            if created is not None and time.time() - created < QUEUED_GRACE_S:
+                return st
+        st = self.update(job_id, state="failed", finished=utc_now(),
+                         error="the worker process died (killed or crashed) without reporting",
+                         message="failed: worker process gone")
+        self._release(job_id)
+        return st
+
+    def jobs(self, limit: int = 20) -> list[dict]:
+        """The newest jobs first (statuses checked for dead workers)."""
+        if not self.root.exists():
+            return []
+        ids = sorted((p.name for p in self.root.iterdir() if (p / "status.json").exists()), reverse=True)
+        out = []
+        for j in ids[:limit]:
+            st = self.status(j)
+            if st is not None:
+                out.append(st)
+        return out
+
+    def active(self) -> dict | None:
+        """The status of the job holding the lock if it is alive (recovering a stale lock), else None."""
+        holder = self._lock_holder()
+        if holder is None:
+            return None
+        if self._lock_is_stale(holder):
+            with _guard(self.guard_path):
+                if self._lock_holder() == holder:
+                    self.lock_path.unlink(missing_ok=True)
+            return None
+        return self.status(holder["job_id"])
+
+    def latest(self) -> dict | None:
+        js = self.jobs(limit=1)
+        return js[0] if js else None
+
+    def log(self, job_id: str, tail: int = 200) -> str:
+        p = self.folder(job_id) / "job.log"
+        if not p.exists():
+            return ""
+        data = p.read_bytes()[-200_000:].decode("utf-8", errors="replace")
+        # tqdm redraws with carriage returns: keep the last state of each line
+        lines = [ln.rsplit("\r", 1)[-1] for ln in data.splitlines()]
+        return "\n".join(lines[-tail:])
+
+    def cancel(self, job_id: str, grace_s: float = CANCEL_GRACE_S) -> dict:
+        """Terminate the job's process group (SIGTERM, then SIGKILL after ``grace_s``); state -> cancelled."""
+        st = self.status(job_id)
+        if st is None:
+            raise KeyError(f"no job {job_id}")
+        if st.get("state") in FINAL:
+            return st
+        pid, start = st.get("pid"), st.get("pid_start")
+        if pid and pid_alive(pid, start):
+            _signal_group(pid, signal.SIGTERM)
+            deadline = time.time() + grace_s
+            while time.time() < deadline and pid_alive(pid, start):
+                time.sleep(0.05)
+            if pid_alive(pid, start):
+                _signal_group(pid, signal.SIGKILL)
+                deadline = time.time() + 5
+                while time.time() < deadline and pid_alive(pid, start):
+                    time.sleep(0.05)
+        st = self.update(job_id, state="cancelled", finished=utc_now(), message="cancelled")
+        self._release(job_id)
+        return st
+
+    def wait(self, job_id: str, timeout: float = 60.0, poll: float = 0.1) -> dict:
+        """Block until the job reaches a final state (or ``timeout``); returns its status."""
+        deadline = time.time() + timeout
+        while True:
+            st = self.status(job_id)
+            if st is None or st.get("state") in FINAL or time.time() > deadline:
+                return st
+            time.sleep(poll)
+
+
+def _signal_group(pid: int, sig) -> None:
+    try:
+        os.killpg(os.getpgid(pid), sig)  # the worker leads its own group: children (joblib) go too
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def _parse_time(s: str | None) -> float | None:
+    if not s:
+        return None
+    import calendar
+
+    try:
+        return float(calendar.timegm(time.strptime(s, "%Y-%m-%dT%H:%M:%SZ")))
+    except ValueError:
+        return None
+
+
+# ------------------------------------------------------------------------------------- the worker side
+@dataclass
+class JobContext:
+    """Handed to a job's target: report progress, log lines, know the device."""
+
+    runner: JobRunner
+    job_id: str
+    device: str | None = None
+    _last: float = 0.0
+
+    def progress(self, fraction: float, message: str = "", **metrics) -> None:
+        changes = {"progress": float(min(1.0, max(0.0, fraction))), "message": str(message)}
+        if metrics:
+            st = self.runner._read_status(self.job_id) or {}
+            changes["metrics"] = {**(st.get("metrics") or {}), **metrics}
+        self.runner.update(self.job_id, **changes)
+        if message:
+            self.log(f"[{fraction:5.1%}] {message}")
+
+    def log(self, line: str) -> None:
+        print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
+
+    def set_device(self, device: str) -> None:
+        self.device = device
+        self.runner.update(self.job_id, device=device)
+
+
+def _import_target(target: str):
+    import importlib
+
+    mod, _, fn = target.partition(":")
+    return getattr(importlib.import_module(mod), fn)
+
+
+def run_worker(folder) -> int:
+    """The worker process body: run the job in ``folder`` and record how it ended."""
+    folder = Path(folder)
+    runner = JobRunner(folder.parent)
+    spec = read_json(folder / "job.json")
+    job_id = spec["id"]
+
+    def on_term(signum, frame):
+        raise JobCancelled()
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        os.nice(int(spec.get("niceness", NICENESS)))
+    except OSError:
+        pass
+    ctx = JobContext(runner, job_id)
+    runner.update(job_id, state="running", started=utc_now(), pid=os.getpid(), pid_start=_proc_start(os.getpid()),
+                  message="running")
+    code = 0
+    try:
+        fn = _import_target(spec["target"])
+        metrics = fn(dict(spec.get("params") or {}), ctx) or {}
+        st = runner._read_status(job_id) or {}
+        runner.update(job_id, state="done", progress=1.0, finished=utc_now(), message="done",
+                      metrics={**(st.get("metrics") or {}), **metrics})
+        ctx.log("done")
+    except JobCancelled:
+        runner.update(job_id, state="cancelled", finished=utc_now(), message="cancelled")
+        ctx.log("cancelled")
+        code = 143
+    except BaseException as e:  # noqa: BLE001 - every failure must end in a final state
+        tb = traceback.format_exc()
+        print(tb, flush=True)
+        runner.update(job_id, state="failed", finished=utc_now(), error=f"{type(e).__name__}: {e}",
+                      message=f"failed: {type(e).__name__}: {e}"[:300])
+        code = 1
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        runner._release(job_id)
+    return code
+
+
+def sleep_job(params: dict, ctx: JobContext) -> dict:
+    """A job that only waits, in ``steps`` steps of ``seconds / steps`` (tests and smoke checks).
+
+    ``fail_at`` (a step number) raises an error there.
+    """
+    steps = int(params.get("steps", 10))
+    pause = float(params.get("seconds", 1.0)) / max(1, steps)
+    for i in range(steps):
+        if params.get("fail_at") is not None and i == int(params["fail_at"]):
+            raise RuntimeError(f"asked to fail at step {i}")
+        time.sleep(pause)
+        ctx.progress((i + 1) / steps, f"step {i + 1}/{steps}")
+    return {"steps": steps}
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) == 2 and argv[0] == "run":
+        return run_worker(argv[1])
+    print("usage: python -m termnorm.jobs run <job folder>", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,222 @@
+"""Retraining from the database, end to end: decisions on a real SQLite file -> background job ->
+registered, gated version whose suggestions carry it; the instant effect of a correction; E-FN's beta."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from db import services as S
+from termnorm import retrain as R
+from termnorm.engine import Engine, demo_mentions, demo_vocabulary
+from termnorm.jobs import JobRunner
+from termnorm.records import Candidate
+from termnorm.registry import Gate, Registry
+
+REPO = Path(__file__).resolve().parents[1]
+VOCAB = "demo-procedures"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """Built once: a database with the demo procedures, a registered v1 trained on 40 mentions, 30 decided
+    mentions (accept / correct / one reject, one synonym) and a labelled gold batch. Tests get a copy."""
+    root = tmp_path_factory.mktemp("built")
+    url = f"sqlite:///{root / 'db.sqlite3'}"
+    vocab = demo_vocabulary("procedures")
+    ms = demo_mentions("procedures")
+    base, pool, gold = ms[:40], ms[40:70], ms[70:]
+    S.init_db(url)
+    reg = Registry.for_vocabulary(VOCAB, root / "registry")
+    with R.limited_threads():
+        eng = Engine(vocab, history=base)
+        eng.fit_lexical(base)
+        m, p = R.evaluate_on_gold(eng, gold)
+        v1 = reg.register(eng, m, gold_predictions=p)
+        reg.promote(v1)
+        with S.session_scope(url) as s:
+            vid = S.load_vocabulary(s, vocab, VOCAB)
+            bid = S.create_batch(s, "pool", vid, [x.text for x in pool])  # answers stay with the simulated coder
+            rows = S.mentions(s, bid)
+            sugs = eng.suggest_batch([r["text"] for r in rows])
+            S.store_suggestions(s, [r["id"] for r in rows], sugs)
+            actions = []
+            for i, (r, sg, g) in enumerate(zip(rows, sugs, pool)):
+                if i == 0:
+                    S.record_decision(s, r["id"], "coder", "reject")
+                    actions.append("reject")
+                elif set(sg.chosen) == set(g.terms):
+                    S.record_decision(s, r["id"], "coder", "accept")
+                    actions.append("accept")
+                else:
+                    S.record_decision(s, r["id"], "coder", "correct", g.terms)
+                    actions.append("correct")
+            S.add_synonym(s, vid, pool[1].terms[0], "某个新的同义词", "coder")
+            S.create_batch(s, "gold", vid, gold)  # labelled mentions: the project's gold set (>= MIN_GOLD)
+            pairs = S.training_pairs_frame(s, vid)
+    S.dispose(url)  # checkpoint the WAL so the folder can be copied
+    return {"root": root, "vid": vid, "bid": bid, "v1": v1, "pool": pool, "gold": gold, "rows": rows,
+            "actions": actions, "pairs": pairs}
+
+
+@pytest.fixture
+def world(built, tmp_path, monkeypatch):
+    """A private copy of the built database and registry (tests register versions and decide)."""
+    shutil.copytree(built["root"], tmp_path / "w")
+    url = f"sqlite:///{tmp_path / 'w' / 'db.sqlite3'}"
+    monkeypatch.setenv("TERMNORM_DB_URL", url)
+    monkeypatch.setenv("TERMNORM_JOBS", str(tmp_path / "jobs"))
+    monkeypatch.setenv("TERMNORM_DEVICE", "cpu")  # the worker need not import torch to find out
+    yield dict(built, url=url, reg=Registry.for_vocabulary(VOCAB, tmp_path / "w" / "registry"))
+    S.dispose(url)
+
+
+def test_training_page_retrains_in_the_background_and_registers_a_gated_version(world, monkeypatch):
+    """The lead's path: the Training page shows the new signal, starts the job, and shows the result;
+    the job's version is registered, gated, and its suggestions carry its name."""
+    reg, url, vid = world["reg"], world["url"], world["vid"]
+    monkeypatch.setenv("TERMNORM_AUTH", "off")
+    monkeypatch.setenv("TERMNORM_MODELS", str(reg.root))
+    with S.session_scope(url) as s:
+        S.ensure_user(s, "lead1", role="lead")
+        new = R.new_pairs_since_current(s, vid, reg)
+    kinds = world["pairs"]["kind"].value_counts()
+    assert new["corrected"] == kinds.get("corrected", 0) and new["synonym"] == 1
+    assert new["rejected_candidate"] == kinds["rejected_candidate"] > 0
+
+    at = AppTest.from_file(str(REPO / "pages" / "training.py"), default_timeout=60)
+    at.session_state["username"] = "lead1"
+    at.session_state["vocabulary_id"] = vid
+    at.session_state["batch_id"] = world["bid"]
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    shown = {m.label: m.value for m in at.metric}
+    assert shown["corrected"] == str(new["corrected"]) and shown["new synonyms"] == "1"
+    assert shown["rejected candidates"] == str(new["rejected_candidate"])
+    at.number_input(key="gate_margin").set_value(0.05)
+    at.button(key="retrain").click()
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    runner = JobRunner()
+    job = runner.latest()
+    assert job is not None and job["target"] == R.JOB_TARGET
+    assert at.button(key="retrain").disabled or runner.status(job["id"])["state"] == "done"  # one at a time
+    st = runner.wait(job["id"], timeout=120)
+    assert st["state"] == "done", (st, runner.log(job["id"]))
+    m = st["metrics"]
+    v2 = m["version"]
+    assert v2 == f"{VOCAB}-v2" and m["parent"] == world["v1"] and st["device"] == "cpu"
+    gate = reg.get(v2)["gate"]
+    assert gate["margin"] == 0.05 and gate["candidate"] == pytest.approx(m["accuracy"])
+    assert gate["current"] == pytest.approx(m["baseline_accuracy"])  # v1 measured on the same gold set
+    assert gate["gold_n"] == len(world["gold"]) == m["counts"]["gold_n"]
+    assert m["promoted"] == (m["accuracy"] >= m["baseline_accuracy"] - 0.05)  # the gate's rule
+    assert reg.current_version() == (v2 if m["promoted"] else world["v1"])
+
+    # how many of each kind went in
+    c = m["counts"]
+    n_coded = sum(a in ("accept", "correct") for a in world["actions"])
+    assert c["positives_coded"] == n_coded and c["positives_base"] == 40 and c["reject_only_mentions"] == 1
+    assert "labelled mentions in the database" in c["gold_source"]
+    assert c["confirmed_negative_pairs"] == kinds["rejected_candidate"]
+    assert c["confirmed_negatives_used"] + c["confirmed_negatives_not_recalled"] == kinds["rejected_candidate"]
+    assert c["efn_heldout_mentions"] == n_coded and c["mined_hard_negatives"] > 0
+    assert c["pairs_new"]["total"] == len(world["pairs"]) and c["user_synonyms"] == 1
+    assert reg.get(v2)["train"]["max_pair_id"] == int(world["pairs"]["id"].max())
+
+    # the page now lists v2 with its gate result
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    versions = [df.value for df in at.dataframe if "version" in df.value.columns][0]
+    assert list(versions["version"]) == [v2, world["v1"]]
+    assert any(("✓" if m["promoted"] else "✗") in g for g in versions["gate"])
+
+    # the new version answers, and its suggestions say so, also once stored in the database
+    eng = reg.load(v2)
+    assert eng.model_version == v2
+    first = world["rows"][1]
+    sug = eng.suggest(first["text"])
+    assert sug.model_version == v2
+    with S.session_scope(url) as s:
+        S.store_suggestion(s, first["id"], sug)
+        assert S.latest_suggestion(s, first["id"]).model_version == v2
+    # coded mentions are part of the new model's history (the sieve knows them)
+    assert {x.text for x in eng.history} >= {world["pool"][i].text for i, a in enumerate(world["actions"])
+                                             if a in ("accept", "correct")}
+
+
+def test_gate_keeps_the_current_model_when_the_new_one_is_worse(world):
+    reg = world["reg"]
+    # the gate compares on the same gold; a negative margin demands a gain no model can make
+    res = R.retrain(world["vid"], url=world["url"], registry=reg, gate=Gate(margin=-1.0), neural=False)
+    assert not res.promoted and reg.current_version() == world["v1"]
+    assert reg.get(res.version)["status"] == "rejected" and res.gate["margin"] == -1.0
+    assert res.baseline["gold_sha256"] == res.metrics["gold_sha256"]
+
+
+def test_corrected_mention_returns_its_terms_without_retraining(world):
+    """The instant effect: a correction is durable in the DB and the engine answers it on the next query."""
+    url, vid, bid = world["url"], world["vid"], world["bid"]
+    vocab = demo_vocabulary("procedures")
+    eng = Engine(vocab)  # no ranker, no history: nothing learned yet
+    text = "双侧甲状腺次全切除术+左侧颈淋巴结清扫"
+    terms = [vocab.names[5], vocab.names[17]]  # a two-term answer the engine could not guess
+    assert set(eng.suggest(text).chosen) != set(terms)
+    with S.session_scope(url) as s:
+        b2 = S.create_batch(s, "new", vid, [text])
+        mid = S.mentions(s, b2)[0]["id"]
+        S.store_suggestion(s, mid, eng.suggest(text))
+        S.record_decision(s, mid, "coder", "correct", terms)
+    eng.add_coded_mention(text, terms)  # what the app does right after the commit
+    sug = eng.suggest(text)
+    assert sug.chosen == terms and sug.predicted_count == 2
+    # and after a restart, from the database alone
+    with S.session_scope(url) as s:
+        again = Engine(vocab, history=S.coded_mentions(s, vid))
+    assert again.suggest(text).chosen == terms
+
+
+def test_corrected_mention_returns_its_terms_with_a_fitted_ranker(world):
+    eng = world["reg"].load()  # v1: a fitted lexical pipeline, as the app would load from the registry
+    wrong = 0
+    for m in world["pool"]:
+        eng.add_coded_mention(m.text, m.terms)
+        wrong += set(eng.suggest(m.text).chosen) != set(m.terms)
+    assert wrong == 0
+
+
+def test_efn_beta_by_hand():
+    # 20 held-out mentions, 3 candidates each. For 16 the top candidate is gold (scores 0.900 .. 0.885);
+    # for 4 the top one is NOT gold (0.990 .. 0.987) and gold is the second (~0.5). Sorted by score, the
+    # precision of the top-20 scored candidates is 16/20 = 0.8 -> beta = 0.885 at alpha 0.8; it never
+    # reaches 0.85 (the 4 wrong ones come first), and adding the ~0.5 ones drops it to 20/40.
+    golds, cands, scores = [], [], []
+    for i in range(20):
+        cl = [Candidate(j, f"t{i}-{j}", 0.0) for j in range(3)]
+        cands.append(cl)
+        if i < 16:
+            scores.append(np.array([0.900 - 0.001 * i, 0.5 - 0.001 * i, 0.1]))
+            golds.append([cl[0].term])
+        else:
+            scores.append(np.array([0.990 - 0.001 * (i - 16), 0.5 - 0.001 * i, 0.1]))
+            golds.append([cl[1].term])
+    held = [True] * 20
+    assert R.efn_beta(scores, cands, golds, held, alpha=0.8)[0] == pytest.approx(0.885)
+    assert R.efn_beta(scores, cands, golds, held, alpha=0.85)[0] == float("inf")
+    assert R.efn_beta(scores, cands, golds, [True] * 19 + [False], alpha=0.8) == (float("inf"), 19)
+
+
+def test_gold_falls_back_to_held_out_coded_mentions(world):
+    with S.session_scope(world["url"]) as s:
+        assert len(R.gold_from_db(s, world["vid"])) == len(world["gold"])
+        data = R.training_data_from_db(s, world["vid"], min_gold=10 ** 6)  # too few labelled: hold out
+        coded = S.coded_mentions(s, world["vid"])
+    assert "held out" in data.gold_source
+    held = {m.text for m in coded if R.in_holdout(m.text)}
+    assert held and held <= {m.text for m in data.gold}
+    assert not {m.text for m in data.gold} & {m.text for m in data.coded}
+    assert len(data.coded) + data.gold_excluded == len(coded) and data.gold_excluded == len(held)
