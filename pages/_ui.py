@@ -321,21 +321,52 @@ class EngineHolder:
             return self.engine.search_vocabulary(query, limit=limit)
 
 
-def build_holder(url: str, vocabulary_id: int) -> EngineHolder:
-    """Engine of a stored vocabulary, fed with the coded mentions and user synonyms of the database."""
+def _registry(s, vocabulary_id: int):
+    from termnorm.registry import Registry
+
+    name = next((v["name"] for v in services.vocabularies(s) if v["id"] == vocabulary_id), None)
+    return Registry.for_vocabulary(name) if name else None
+
+
+def current_model_version(url: str, vocabulary_id: int) -> str | None:
+    """The promoted model version of a vocabulary (None: the untrained lexical pipeline)."""
     with services.session_scope(url) as s:
-        vocab = services.vocabulary_from_db(s, vocabulary_id)
+        reg = _registry(s, vocabulary_id)
+    return reg.current_version() if reg is not None else None
+
+
+def build_holder(url: str, vocabulary_id: int, version: str | None = None) -> EngineHolder:
+    """Engine of a stored vocabulary, fed with the coded mentions and user synonyms of the database.
+
+    With a promoted model version in the registry (Training page), that trained
+    pipeline is loaded and the database's decisions are replayed into its sieve
+    and history, so nothing coded since it was trained is lost.
+    """
+    with services.session_scope(url) as s:
         history = services.coded_mentions(s, vocabulary_id)
         synonyms = services.user_synonyms(s, vocabulary_id)
-    engine = Engine(vocab, history=history)
+        reg = _registry(s, vocabulary_id) if version else None
+        vocab = None if reg is not None else services.vocabulary_from_db(s, vocabulary_id)
+    engine = reg.load(version) if reg is not None else None
+    if engine is None:
+        if vocab is None:
+            with services.session_scope(url) as s:
+                vocab = services.vocabulary_from_db(s, vocabulary_id)
+        engine = Engine(vocab, history=history)
+    else:
+        known = {normalize(m.text): list(m.terms) for m in engine.history}
+        for m in history:
+            if known.get(normalize(m.text)) != list(m.terms):
+                engine.add_coded_mention(m.text, m.terms)
     for term, syn in synonyms:  # already in the vocabulary; this also puts them in the sieve
-        engine.add_synonym(term, syn)
+        if term in engine.vocabulary:
+            engine.add_synonym(term, syn)
     return EngineHolder(engine, vocabulary_id)
 
 
 @st.cache_resource(show_spinner="Loading the engine for this vocabulary…")
-def engine_holder(url: str, vocabulary_id: int) -> EngineHolder:
-    return build_holder(url, vocabulary_id)
+def engine_holder(url: str, vocabulary_id: int, version: str | None = None) -> EngineHolder:
+    return build_holder(url, vocabulary_id, version)
 
 
 # ---------------------------------------------------------------------------------- shared state
@@ -348,7 +379,8 @@ class Context:
     role: str = "coder"  # set by require_role from the database
 
     def holder(self) -> EngineHolder:
-        return engine_holder(self.url, self.vocabulary_id)
+        # keyed by the promoted version: promote / rollback on the Training page reach coders at once
+        return engine_holder(self.url, self.vocabulary_id, current_model_version(self.url, self.vocabulary_id))
 
 
 def context() -> Context:
