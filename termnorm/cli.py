@@ -15,6 +15,8 @@ def _add_data_args(p, need_train=False):
     p.add_argument("--model", help="a trained pipeline folder (termnorm train ...)")
     p.add_argument("--keywords", help="folder of keyword lists (procedure_sites.txt ...); optional")
     p.add_argument("--no-split", action="store_true", help="do not split multi-part mentions")
+    p.add_argument("--dense", help="a trained bi-encoder (the 'model' folder written by `termnorm train recall`)")
+    p.add_argument("--ranker", help="a trained keyword-attentive ranker folder (`termnorm train rank`)")
     p.add_argument("--recall-profile", choices=["wide", "compact"], default="wide",
                    help="per-strategy candidate counts: wide (multi-term diagnoses, ~49 candidates on CHIP-CDN) or "
                         "compact (procedures, ~28 on Yidu-N7K)")
@@ -31,8 +33,18 @@ def build_engine(args, progress=True):
 
     vocab = load_vocabulary(args.vocab)
     history = load_labelled(args.train, vocab).mentions if args.train else None
+    dense = ranker = None
+    if getattr(args, "dense", None):
+        from termnorm.dense.biencoder import BiEncoder
+
+        d = Path(args.dense)
+        dense = BiEncoder.load(d / "model" if (d / "model").is_dir() else d)
+    if getattr(args, "ranker", None):
+        from termnorm.rank.kar import RankerModel
+
+        ranker = RankerModel.load(args.ranker)
     eng = Engine(vocab, history=history, keyword_dir=args.keywords, split=not args.no_split,
-                 recall_profile=args.recall_profile)
+                 recall_profile=args.recall_profile, dense=dense, ranker=ranker)
     return eng
 
 

@@ -55,7 +55,7 @@ def demo_mentions(which: str | None = None) -> list[LabelledMention]:
 class Engine:
     def __init__(self, vocabulary: Vocabulary, history: list[LabelledMention] | None = None,
                  keyword_dir=None, split: bool = True, model_version: str = "lexical", tagger=None,
-                 recall_profile: str = "wide"):
+                 recall_profile: str = "wide", dense=None, ranker=None):
         from termnorm.recall.history import add_history_terms
         from termnorm.text.keywords import KeywordTagger
 
@@ -74,13 +74,21 @@ class Engine:
         for m in self.history:
             self._sieve[normalize(m.text)] = list(m.terms)
         self._vocab_strategies = build_vocab_strategies(vocabulary, self.tagger, keyword_dir)
+        # optional neural stages: the dense bi-encoder is one more recall strategy (score key "dense"),
+        # the keyword-attentive cross-encoder scores every candidate (key "kar"); both feed the fusion
+        self.dense, self.ranker = dense, ranker
+        if dense is not None:
+            from termnorm.dense.index import DenseRecaller
+
+            # coded mentions are searched by the history strategies and the sieve; indexing them here too
+            # would leak each training mention into its own K-fold candidates
+            self._vocab_strategies.append(DenseRecaller(dense, use_history=False).fit(vocabulary))
         self._history_recallers = history_strategies(vocabulary, self.history)
         self.union = self._union([*self._vocab_strategies, *self._history_recallers], split=split)
         self._search_union = self._union(self._vocab_strategies, split=False)
         self.lexranker = None
         self.theta = None
         self.confidence_model = None
-        self.dense = None
         self.meta: dict = {}
 
     # ---- construction ---------------------------------------------------
@@ -106,7 +114,17 @@ class Engine:
             hit = self._sieve.get(normalize(m))
             if hit:
                 self._boost_sieve(cl, hit)
+        self._kar_scores(mentions, cands)
         return cands
+
+    def _kar_scores(self, mentions, cand_lists) -> None:
+        """The keyword-attentive ranker's P(match) for every candidate, kept as score "kar"."""
+        if self.ranker is None:
+            return
+        probs = self.ranker.score(list(mentions), [[c.term for c in cl] for cl in cand_lists])
+        for cl, ps in zip(cand_lists, probs):
+            for c, p in zip(cl, ps):
+                c.scores["kar"] = float(p)
 
     def _boost_sieve(self, cands: list[Candidate], terms: list[str]) -> None:
         have = {c.term: c for c in cands}
@@ -149,6 +167,7 @@ class Engine:
             sieve = {normalize(m.text): m.terms for m in outside}
             texts = [m.text for m in inside]
             cl = union.recall_batch(texts)
+            self._kar_scores(texts, cl)
             for m, cands in zip(inside, cl):
                 hit = sieve.get(normalize(m.text))
                 if hit:
@@ -313,6 +332,12 @@ class Engine:
                   "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "vocabulary": self.vocabulary.name,
                   "vocabulary_source": self.vocabulary.source, "n_terms": len(self.vocabulary),
                   "stages": ["lexical-recall", "history", "lexical-gbm-ranker", "count"], **self.meta}
+        if self.dense is not None:
+            self.dense.save(folder / "dense")
+            config["stages"].insert(1, "dense-recall")
+        if self.ranker is not None:
+            self.ranker.save(folder / "ranker")
+            config["stages"].insert(-1, "keyword-attentive-ranker")
         (folder / "config.json").write_text(json.dumps(config, ensure_ascii=False, indent=1), encoding="utf-8")
         return folder
 
@@ -325,9 +350,18 @@ class Engine:
             raise FileNotFoundError(f"{folder}: not a termnorm pipeline folder (no config.json)")
         state = joblib.load(folder / "pipeline.joblib")
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        dense = ranker = None
+        if (folder / "dense").is_dir():
+            from termnorm.dense.biencoder import BiEncoder
+
+            dense = BiEncoder.load(folder / "dense")
+        if (folder / "ranker").is_dir():
+            from termnorm.rank.kar import RankerModel
+
+            ranker = RankerModel.load(folder / "ranker")
         eng = cls(state["vocabulary"], history=state["history"], keyword_dir=state.get("keyword_dir"),
                   split=state["split"], model_version=config["model_version"],
-                  recall_profile=state.get("recall_profile", "wide"))
+                  recall_profile=state.get("recall_profile", "wide"), dense=dense, ranker=ranker)
         eng.lexranker = state["lexranker"]
         if eng.lexranker is not None:
             eng.lexranker.featurizer.tagger = eng.tagger
