@@ -79,8 +79,12 @@ def main(argv=None) -> int:
     data = Path(args.data)
     results = {"data": str(data), "machine": {"python": platform.python_version(), "platform": platform.platform()},
                "command": "python3 benchmarks/accuracy.py " + " ".join(argv or sys.argv[1:]), "results": {}}
+    out = Path(args.out)
+    if out.exists():  # keep the sets measured by an earlier run (each set records its own command)
+        results["results"] = json.loads(out.read_text(encoding="utf-8")).get("results", {})
     for name in args.sets.split(","):
         results["results"][name] = run_set(name, data, not args.no_ablations)
+        results["results"][name]["command"] = results["command"]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, ensure_ascii=False, indent=1), encoding="utf-8")
     print(f"written to {args.out}")
