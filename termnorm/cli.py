@@ -122,10 +122,20 @@ def cmd_train(args) -> int:
     if args.what == "lexical":
         from termnorm.io import load_labelled
 
+        lp = argparse.ArgumentParser(prog="termnorm train lexical",
+                                     description="fit the lexical GBM ranker + count classifier and save the pipeline")
+        _add_data_args(lp, need_train=True)
+        lp.add_argument("--out", default="models/lexical")
+        lp.add_argument("--export-ranker", help="also write the vocabulary-independent ranker alone here "
+                                                "(used by the demo: assets/models/*_ranker.joblib)")
+        args = lp.parse_args(args.rest)
         eng = build_engine(args)
+        eng.meta["trained_on"] = str(args.train)
         eng.fit_lexical(load_labelled(args.train, eng.vocabulary).mentions, progress=True)
         path = eng.save(args.out)
         print(f"saved lexical pipeline to {path}")
+        if args.export_ranker:
+            print(f"exported the ranker alone to {eng.export_ranker(args.export_ranker)}")
         return 0
     if args.what == "retrain":
         from termnorm.retrain import main as retrain_main
@@ -189,9 +199,7 @@ def main(argv=None) -> int:
 
     p = sub.add_parser("train", help="train a pipeline part: lexical | recall | rank | retrain (from the app's decisions)")
     p.add_argument("what", choices=["lexical", "recall", "rank", "retrain"])
-    p.add_argument("--out", default="models/lexical")
-    _add_data_args(p)
-    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="the options of the part (see termnorm train PART --help)")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("encoder", help="build the offline encoder: termnorm encoder build [--cache DIR]")

@@ -25,6 +25,10 @@ from termnorm.text.normalize import normalize
 from termnorm.vocabulary import Vocabulary
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "demo"
+#: Rankers fitted on public data of each demo domain (``termnorm train lexical --export-ranker``):
+#: procedures on Yidu-N7K train, diagnoses on CHIP-CDN train. Only model trees, no text.
+PRETRAINED = {"procedures": ASSETS.parent / "models" / "procedures_ranker.joblib",
+              "diagnoses": ASSETS.parent / "models" / "diagnoses_ranker.joblib"}
 
 # Confidence given to an exact normalized match of an already-coded mention
 # (the sieve's first stage). On Yidu-N7K, a val mention whose normalized text
@@ -94,7 +98,56 @@ class Engine:
     # ---- construction ---------------------------------------------------
     @classmethod
     def from_demo(cls, which: str = "procedures") -> "Engine":
-        return cls(demo_vocabulary(which))
+        """The demo vocabulary with the pretrained ranker of its domain (assets/models/), when present."""
+        eng = cls(demo_vocabulary(which))
+        eng.use_pretrained_ranker(PRETRAINED.get(which))
+        return eng
+
+    # ---- a ranker pretrained elsewhere ----------------------------------------------------
+    def export_ranker(self, path) -> Path:
+        """Write the fitted GBM ranker, count classifier, output rule and confidence model alone.
+
+        Their features are vocabulary-independent (strategy scores and ranks, overlap, keyword
+        match), so a ranker fitted on one data set of a domain serves another vocabulary of that
+        domain before it has coded mentions of its own. No training text is stored.
+        """
+        import joblib
+
+        if self.lexranker is None:
+            raise ValueError("no fitted ranker to export (fit_lexical first)")
+        r = self.lexranker
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        joblib.dump({"format": "termnorm-ranker/1", "pair_model": r.pair_model, "count_model": r.count_model,
+                     "score_keys": r.featurizer.score_keys, "theta": r.theta, "rule": r.rule,
+                     "confidence_model": self.confidence_model, "trained_on": self.meta.get("trained_on", ""),
+                     "model_version": self.model_version}, path, compress=3)
+        return path
+
+    def use_pretrained_ranker(self, path) -> bool:
+        """Load a ranker written by :meth:`export_ranker`; False (and the untrained pipeline) if absent or
+        unreadable (e.g. written by an incompatible scikit-learn)."""
+        import warnings
+
+        import joblib
+
+        from termnorm.lexrank import LexicalRanker, PairFeaturizer
+
+        if not path or not Path(path).exists():
+            return False
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                state = joblib.load(path)
+        except Exception as e:  # an old pickle must never stop the app
+            warnings.warn(f"{path}: pretrained ranker not loaded ({e}); using recall order")
+            return False
+        r = LexicalRanker(PairFeaturizer(state["score_keys"], tagger=self.tagger), theta=state["theta"])
+        r.pair_model, r.count_model, r.rule = state["pair_model"], state["count_model"], tuple(state["rule"])
+        self.lexranker, self.confidence_model = r, state["confidence_model"]
+        self.model_version = f"pretrained:{state.get('model_version', Path(path).stem)}"
+        self.meta.update(pretrained_ranker=str(path), trained_on=state.get("trained_on", ""))
+        return True
 
     def _union(self, strategies, split: bool):
         """A union over already-fitted strategies (the vocabulary ones are fitted once and shared)."""
@@ -273,7 +326,7 @@ class Engine:
             if hit:
                 chosen, conf = list(hit), SIEVE_CONFIDENCE
             else:
-                chosen, conf = [c.term for c in ranked[:1]], float(ranked[0].score) if ranked else 0.0
+                chosen, conf = [c.term for c in ranked[:1]], _uncalibrated_confidence(ranked)
             res.append(Suggestion(m, ranked[:k], len(chosen), chosen, min(1.0, conf), self.tag(m),
                                   self.model_version, self._parts(m)))
         return res
@@ -370,6 +423,16 @@ class Engine:
         return eng
 
 
+def _uncalibrated_confidence(ranked: list[Candidate]) -> float:
+    """Without a fitted ranker there is no calibrated confidence: report at most 0.5, less the closer
+    the runner-up, so such answers are never auto-accepted and sort first in uncertainty order."""
+    if not ranked:
+        return 0.0
+    top = max(ranked[0].score, 1e-9)
+    second = ranked[1].score if len(ranked) > 1 else 0.0
+    return round(0.5 * top / (top + max(second, 0.0)), 4)
+
+
 def _fit_threads() -> int:
     """OpenMP threads for the GBM fits: 1 by default (measured on 2 shared cores: fitting on 60
     demo mentions 71 s with default threads vs 3.2 s with one); ``TERMNORM_FIT_THREADS`` overrides."""
@@ -429,7 +492,7 @@ def _hash_mentions(ms: list[LabelledMention]) -> str:
 def evaluate_engine(engine: Engine, mentions: list[LabelledMention], stage: str = "recall", k: int = 20,
                     progress: bool = False) -> dict:
     """Run recall (or the full pipeline) on labelled mentions and compute every metric."""
-    from termnorm.evaluate import evaluate_predictions
+    from termnorm.evaluate import error_table, evaluate_predictions
 
     texts = [m.text for m in mentions]
     gold = [m.terms for m in mentions]
@@ -462,6 +525,7 @@ def evaluate_engine(engine: Engine, mentions: list[LabelledMention], stage: str 
     if bar:
         bar.close()
     rep = evaluate_predictions(gold, predicted, ranked, predicted_counts=counts)
+    rep["errors"] = error_table(texts, gold, predicted, as_frame=False)
     rep["seconds"] = round(secs, 3)
     rep["mentions_per_second"] = round(len(texts) / secs, 1) if secs > 0 else None
     return rep

@@ -1,0 +1,83 @@
+"""The command line end to end, as a user runs it (real subprocesses, real files)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "assets" / "demo"
+
+
+def run(*args, check=True):
+    p = subprocess.run([sys.executable, "-m", "termnorm.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                       timeout=600)
+    if check and p.returncode != 0:
+        raise AssertionError(f"exit {p.returncode}\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+@pytest.fixture(scope="module")
+def demo_split(tmp_path_factory):
+    """Demo procedure mentions split in two CSV files (train / test)."""
+    d = tmp_path_factory.mktemp("cli")
+    with open(DEMO / "mentions.csv", encoding="utf-8") as f:
+        rows = [r for r in csv.DictReader(f) if r["vocabulary"] == "procedures"]
+    for name, part in (("train.csv", rows[::2]), ("test.csv", rows[1::2])):
+        with open(d / name, "w", encoding="utf-8", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["mention", "terms"])
+            w.writerows([(r["mention"], r["terms"]) for r in part])
+    return d, len(rows[1::2])
+
+
+def test_normalize_on_the_demo_data():
+    p = run("normalize", "右侧甲状腺肿瘤切除术", "--k", "5")
+    out = p.stdout
+    assert "甲状腺[site]" in out and "切除术[type]" in out and "右侧[laterality]" in out
+    # five ranked candidates with codes, the chosen one marked
+    lines = [ln for ln in out.splitlines() if ln[:3].strip().isdigit()]
+    assert len(lines) == 5 and any("*" in ln[:5] for ln in lines)
+    j = json.loads(run("normalize", "腹腔镜胆囊切除术+术中胆道造影", "--json").stdout)
+    assert j["chosen"] and all(c["codes"] for c in j["candidates"])
+
+
+def test_evaluate_recall_and_full_write_every_metric(demo_split, tmp_path):
+    d, n_test = demo_split
+    common = ["--vocab", str(DEMO / "procedures.csv"), "--train", str(d / "train.csv"), "--test", str(d / "test.csv")]
+    run("evaluate", *common, "--stage", "recall", "--report", str(tmp_path / "r.json"))
+    r = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
+    for key in ("n", "accuracy", "micro_f1", "recall_at_10", "recall_at_20", "candidate_recall", "pair_recall",
+                "mean_candidates", "mentions_per_second"):
+        assert key in r, key
+    assert r["n"] == n_test and 0 < r["candidate_recall"] <= 1 and r["mean_candidates"] > 1
+    p = run("evaluate", *common, "--stage", "full", "--report", str(tmp_path / "f.json"), "--errors")
+    f = json.loads((tmp_path / "f.json").read_text(encoding="utf-8"))
+    assert f["stage"] == "full" and f["model_version"].startswith("lexical-gbm-")
+    assert len(f["errors"]) == n_test and "accuracy" in p.stdout
+    assert f["accuracy"] >= r["accuracy"]  # the fitted ranker is no worse than recall order on the demo
+
+
+def test_train_lexical_save_and_evaluate_with_model(demo_split, tmp_path):
+    d, n_test = demo_split
+    run("train", "lexical", "--vocab", str(DEMO / "procedures.csv"), "--train", str(d / "train.csv"),
+        "--out", str(tmp_path / "m"), "--export-ranker", str(tmp_path / "r.joblib"))
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text(encoding="utf-8"))
+    assert cfg["format"] == "termnorm-pipeline/1" and len(cfg["train_sha256"]) == 64
+    assert (tmp_path / "r.joblib").stat().st_size > 0
+    run("evaluate", "--model", str(tmp_path / "m"), "--test", str(d / "test.csv"), "--stage", "full",
+        "--report", str(tmp_path / "e.json"))
+    assert json.loads((tmp_path / "e.json").read_text(encoding="utf-8"))["n"] == n_test
+
+
+def test_malformed_vocabulary_names_file_and_row(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("code,name\n06.3100,甲状腺病损切除术\n,没有编码的名称\n", encoding="utf-8")
+    p = run("normalize", "甲状腺", "--vocab", str(bad), check=False)
+    assert p.returncode == 2
+    assert "bad.csv" in p.stderr and "row 3" in p.stderr and "Traceback" not in p.stderr
