@@ -128,10 +128,18 @@ def cmd_train(args) -> int:
         lp.add_argument("--out", default="models/lexical")
         lp.add_argument("--export-ranker", help="also write the vocabulary-independent ranker alone here "
                                                 "(used by the demo: assets/models/*_ranker.joblib)")
+        lp.add_argument("--cold-start", action="store_true",
+                        help="fit without history recall features (a ranker for a vocabulary with no coded mentions)")
         args = lp.parse_args(args.rest)
-        eng = build_engine(args)
+        if args.cold_start:
+            history_path, args.train = args.train, None  # the engine gets no history at all
+            eng = build_engine(args)
+            args.train = history_path
+        else:
+            eng = build_engine(args)
         eng.meta["trained_on"] = str(args.train)
-        eng.fit_lexical(load_labelled(args.train, eng.vocabulary).mentions, progress=True)
+        eng.fit_lexical(load_labelled(args.train, eng.vocabulary).mentions, progress=True,
+                        with_history=not args.cold_start)
         path = eng.save(args.out)
         print(f"saved lexical pipeline to {path}")
         if args.export_ranker:

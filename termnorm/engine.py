@@ -200,8 +200,12 @@ class Engine:
 
     # ---- lexical ranking ----------------------------------------------------
     def fit_lexical(self, train: list[LabelledMention], folds: int = 4, progress: bool = False,
-                    seed: int = 0) -> dict:
-        """Fit the GBM ranker + count classifier on K-fold recall candidates (see termnorm.lexrank)."""
+                    seed: int = 0, with_history: bool = True) -> dict:
+        """Fit the GBM ranker + count classifier on K-fold recall candidates (see termnorm.lexrank).
+
+        ``with_history=False`` fits a cold-start ranker that never sees history recall or sieve
+        features: the one to ship for a vocabulary that has no coded mentions yet (the demo).
+        """
         from termnorm.lexrank import PairFeaturizer
 
         train = [m for m in train if m.terms]
@@ -215,9 +219,9 @@ class Engine:
         for f in it:
             inside = [m for m, g in zip(train, fold_of) if g == f]
             outside = [m for m, g in zip(train, fold_of) if g != f]
-            union = self._union([*self._vocab_strategies, *history_strategies(self.vocabulary, outside)],
-                                split=self.split)
-            sieve = {normalize(m.text): m.terms for m in outside}
+            hist = history_strategies(self.vocabulary, outside) if with_history else []
+            union = self._union([*self._vocab_strategies, *hist], split=self.split)
+            sieve = {normalize(m.text): m.terms for m in outside} if with_history else {}
             texts = [m.text for m in inside]
             cl = union.recall_batch(texts)
             self._kar_scores(texts, cl)

@@ -335,3 +335,38 @@ def test_vocabulary_browser_shows_codes_and_user_synonyms(db_url):
     row = syn[syn.synonym == "甲状腺肿块切"]
     assert len(row) == 1 and (row.iloc[0]["source"], row.iloc[0]["added_by"]) == ("user", "coder")
     assert row.iloc[0]["at"] is not None
+
+
+def test_new_coder_codes_twenty_mentions_exports_restarts_and_finds_them_all(db_url):
+    """Issue acceptance: code 20 demo mentions, export, restart, all 20 decisions are there."""
+    import io
+
+    import pandas as pd
+
+    at = start()
+    coded = []
+    for i in range(20):
+        mid = current_id(at)
+        sug = suggestion(db_url, mid)
+        if i % 3 == 2:  # every third one corrected to the second candidate, the others accepted
+            other = next(c.term for c in sug.candidates if c.term not in sug.chosen)
+            at.multiselect(key=f"terms_{mid}").set_value([other])
+            at.button(key=f"save_{mid}").click()
+            coded.append((mid, "correct", [other]))
+        else:
+            at.button(key=f"accept_{mid}").click()
+            coded.append((mid, "accept", sug.chosen))
+        rerun(at)
+    batch = at.session_state["batch_id"]
+    with services.session_scope(db_url) as s:
+        exported = pd.read_csv(io.BytesIO(services.export_decisions(s, batch, "csv")))
+    assert len(exported) == 20
+
+    st.cache_resource.clear()  # restart: a new process
+    services.dispose(db_url)
+    at2 = start()
+    assert "Mention #21 of" in at2.caption[0].value
+    with services.session_scope(db_url) as s:
+        df = services.decisions_frame(s, batch)
+        assert services.batch_progress(s, batch)[0] == 20
+    assert [(r.mention_id, r.action, list(r.terms)) for r in df.itertuples()] == coded
