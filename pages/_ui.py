@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 from db import auth, services
-from termnorm.engine import Engine, demo_mentions, demo_vocabulary
+from termnorm.engine import PRETRAINED, Engine, demo_mentions, demo_vocabulary
 from termnorm.records import KEYWORD_KINDS, Candidate, KeywordSpan, Suggestion
 from termnorm.text.normalize import normalize
 
@@ -353,6 +353,9 @@ def build_holder(url: str, vocabulary_id: int, version: str | None = None) -> En
             with services.session_scope(url) as s:
                 vocab = services.vocabulary_from_db(s, vocabulary_id)
         engine = Engine(vocab, history=history)
+        demo = vocab.name.removeprefix("demo-")
+        if vocab.name.startswith("demo-") and demo in PRETRAINED:
+            engine.use_pretrained_ranker(PRETRAINED[demo])  # ranker fitted on public data of the domain
     else:
         known = {normalize(m.text): list(m.terms) for m in engine.history}
         for m in history:
