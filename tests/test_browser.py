@@ -17,6 +17,7 @@ the screenshot is copied to ``benchmarks/results/coding_page.png``.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -107,30 +108,24 @@ def server(tmp_path):
     services.dispose(url)
     port = _free_port()
     env = dict(os.environ, TERMNORM_DB_URL=url, TERMNORM_AUTH="off")  # sign-in: see tests/test_gold_browser.py
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
-         "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = start_streamlit(port, env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         _wait_http(f"http://127.0.0.1:{port}/_stcore/health", 30)
         yield f"http://127.0.0.1:{port}", xss_batch
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        _stop(proc)
 
 
-@pytest.fixture
-def tab(tmp_path):
+@contextlib.contextmanager
+def chromium_tab(profile: Path, width: int, height: int):
+    """Debian's headless Chromium with a fresh profile, driven over the DevTools protocol (also used by
+    test_gold_browser.py)."""
     from websockets.sync.client import connect
 
-    profile = tmp_path / "chromium-profile"
     proc = subprocess.Popen(
         [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={profile}", "--remote-debugging-port=0", "--window-size=1400,1300", "about:blank"],
+         f"--user-data-dir={profile}", "--remote-debugging-port=0", f"--window-size={width},{height}", "about:blank"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         port_file = profile / "DevToolsActivePort"
@@ -145,14 +140,31 @@ def tab(tmp_path):
         with connect(page["webSocketDebuggerUrl"], max_size=None, open_timeout=10) as ws:
             t = Tab(ws)
             t.call("Page.enable")
-            t.call("Emulation.setDeviceMetricsOverride", width=1400, height=1300, deviceScaleFactor=1, mobile=False)
+            t.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
             yield t
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        _stop(proc)
+
+
+def _stop(proc) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def start_streamlit(port: int, env: dict, **popen):
+    """``streamlit run app.py`` headless on ``port`` (stop it with :func:`_stop`)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
+         "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"], cwd=REPO, env=env, **popen)
+
+
+@pytest.fixture
+def tab(tmp_path):
+    with chromium_tab(tmp_path / "chromium-profile", 1400, 1300) as t:
+        yield t
 
 
 def test_coding_page_in_browser(server, tab, tmp_path):

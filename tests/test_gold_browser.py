@@ -23,9 +23,7 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
-import urllib.request
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -114,53 +112,19 @@ def server(tmp_path, monkeypatch):
     env = dict(os.environ, TERMNORM_DB_URL=url, TERMNORM_BCRYPT_ROUNDS="4")
     env.pop("TERMNORM_AUTH", None)  # sign-in on, as deployed
     # the server boots while the history is built (it touches the database only when a browser connects)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
-         "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = tb.start_streamlit(port, env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         info = build_history(url)
         tb._wait_http(f"http://127.0.0.1:{port}/_stcore/health", 30)
         yield f"http://127.0.0.1:{port}", url, info
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        tb._stop(proc)
 
 
 @pytest.fixture
 def tab(tmp_path):
-    from websockets.sync.client import connect
-
-    profile = tmp_path / "chromium-profile"
-    proc = subprocess.Popen(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={profile}", "--remote-debugging-port=0", f"--window-size={WIDTH},{HEIGHT}", "about:blank"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        port_file = profile / "DevToolsActivePort"
-        end = time.time() + 20
-        while not port_file.exists() or not port_file.read_text().strip():
-            if time.time() > end or proc.poll() is not None:
-                pytest.fail("Chromium did not start (no DevToolsActivePort)")
-            time.sleep(0.1)
-        port = int(port_file.read_text().split()[0])
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=5) as r:
-            page = next(p for p in json.load(r) if p["type"] == "page")
-        with connect(page["webSocketDebuggerUrl"], max_size=None, open_timeout=10) as ws:
-            t = tb.Tab(ws)
-            t.call("Page.enable")
-            t.call("Emulation.setDeviceMetricsOverride", width=WIDTH, height=HEIGHT, deviceScaleFactor=1, mobile=False)
-            yield t
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    with tb.chromium_tab(tmp_path / "chromium-profile", WIDTH, HEIGHT) as t:
+        yield t
 
 
 def type_into(tab, selector: str, text: str) -> None:
