@@ -482,3 +482,27 @@ def show_flash() -> None:
             st.error(message)
         else:
             st.toast(message)
+
+
+# ---------------------------------------------------------------------------------- vocabulary search
+SEARCH_LIMIT = 10  # results shown while typing (engine.search_vocabulary answers in well under 100 ms)
+
+
+def vocabulary_search(holder: "EngineHolder", query_key: str, add_key: str, on_pick, with_codes: bool = True) -> None:
+    """Type-ahead search of the vocabulary with an Add button per result; call it inside an ``st.fragment``
+    so typing reruns only the search. ``on_pick(term, codes)`` (or ``on_pick(term)``) adds the result."""
+    q = st.text_input("Search the vocabulary", key=query_key, live=True, type="search",
+                      placeholder="type a term, a code or a synonym…")
+    if not q.strip():
+        return
+    results = holder.search(q, limit=SEARCH_LIMIT)
+    if not results:
+        st.caption("No term found.")
+        return
+    for i, c in enumerate(results):
+        rc = st.columns([6, 1], vertical_alignment="center")
+        rc[0].markdown(f'<span class="tn-code">{esc(", ".join(c.codes))}</span> &nbsp;'
+                       f"{highlight_html(c.term, holder.tag(c.term))}", unsafe_allow_html=True)
+        args = (c.term, c.codes) if with_codes else (c.term,)
+        if rc[1].button("Add", key=f"{add_key}_{i}", width="stretch", on_click=on_pick, args=args):
+            st.rerun(scope="app")  # the answer box lives outside the fragment

@@ -16,7 +16,6 @@ import streamlit as st
 from db import gold, services
 from pages import _ui
 
-SEARCH_LIMIT = 10
 FIXED = ("mention_id", "position", "mention", "n_annotators", "n_distinct", "common", "any", "majority", "gold")
 
 ctx = _ui.require_role("lead")
@@ -168,18 +167,7 @@ b[1].text_input("Comment", key=f"adj_comment_{task_id}_{mid}", label_visibility=
 
 @st.fragment
 def search_box() -> None:
-    q = st.text_input("Search the vocabulary", key=f"adj_q_{task_id}_{mid}", live=True, type="search",
-                      placeholder="type a term, a code or a synonym…")
-    if not q.strip():
-        return
-    for i, c in enumerate(holder.search(q, limit=SEARCH_LIMIT)):
-        rc = st.columns([6, 1], vertical_alignment="center")
-        rc[0].markdown(f'<span class="tn-code">{_ui.esc(", ".join(c.codes))}</span> &nbsp;'
-                       f"{_ui.highlight_html(c.term, holder.tag(c.term))}", unsafe_allow_html=True)
-        if rc[1].button("Add", key=f"adj_add_{task_id}_{mid}_{i}", width="stretch", on_click=on_pick,
-                        args=(c.term,)):
-            st.rerun(scope="app")
-
+    _ui.vocabulary_search(holder, f"adj_q_{task_id}_{mid}", f"adj_add_{task_id}_{mid}", on_pick, with_codes=False)
 
 search_box()
 

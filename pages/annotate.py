@@ -16,7 +16,6 @@ import streamlit as st
 from db import gold
 from pages import _ui
 
-SEARCH_LIMIT = 10
 ASSISTED_SHOWN = 10  # candidates listed in an assisted task (the coding page shows 5 plus "more")
 
 ctx = _ui.require_role("annotator")
@@ -154,22 +153,7 @@ cols[2].text_input("Comment (optional)", key=f"an_comment_{task_id}_{mid}", labe
 
 @st.fragment
 def search_box() -> None:
-    q = st.text_input("Search the vocabulary", key=f"an_q_{task_id}_{mid}", live=True, type="search",
-                      placeholder="type a term, a code or a synonym…")
-    if not q.strip():
-        return
-    results = holder.search(q, limit=SEARCH_LIMIT)
-    if not results:
-        st.caption("No term found.")
-        return
-    for i, c in enumerate(results):
-        rc = st.columns([6, 1], vertical_alignment="center")
-        rc[0].markdown(f'<span class="tn-code">{_ui.esc(", ".join(c.codes))}</span> &nbsp;'
-                       f"{_ui.highlight_html(c.term, holder.tag(c.term))}", unsafe_allow_html=True)
-        if rc[1].button("Add", key=f"an_add_{task_id}_{mid}_{i}", width="stretch", on_click=on_pick,
-                        args=(c.term, c.codes)):
-            st.rerun(scope="app")
-
+    _ui.vocabulary_search(holder, f"an_q_{task_id}_{mid}", f"an_add_{task_id}_{mid}", on_pick)
 
 search_box()
 answers_table()

@@ -18,7 +18,6 @@ from pages import _ui
 
 SHOWN = _ui.SHOWN
 PREPARE_AHEAD = _ui.PREPARE_AHEAD
-SEARCH_LIMIT = 10
 
 SHORTCUTS = [("S", "save the terms in the box (accept if unchanged, else correct)"),
              ("A", "accept the engine's terms"), ("X", "reject: no candidate fits"), ("K", "skip"),
@@ -164,22 +163,7 @@ with st.form(f"flag_form_{mid}", border=False, enter_to_submit=True):
 # ---------------------------------------------------------------- vocabulary search (reruns only itself while typing)
 @st.fragment
 def search_box() -> None:
-    q = st.text_input("Search the vocabulary", key=f"q_{mid}", live=True, type="search",
-                      placeholder="type a term, a code or a synonym…")
-    if not q.strip():
-        return
-    results = holder.search(q, limit=SEARCH_LIMIT)
-    if not results:
-        st.caption("No term found.")
-        return
-    for i, c in enumerate(results):
-        rc = st.columns([6, 1], vertical_alignment="center")
-        term_html = _ui.highlight_html(c.term, holder.tag(c.term))
-        rc[0].markdown(f'<span class="tn-code">{_ui.esc(", ".join(c.codes))}</span> &nbsp;{term_html}',
-                       unsafe_allow_html=True)
-        if rc[1].button("Add", key=f"pick_{mid}_{i}", width="stretch", on_click=on_pick, args=(c.term, c.codes)):
-            st.rerun(scope="app")  # the terms box lives outside this fragment
-
+    _ui.vocabulary_search(holder, f"q_{mid}", f"pick_{mid}", on_pick)
 
 search_box()
 
