@@ -91,7 +91,6 @@ class Engine:
         self.union = self._union([*self._vocab_strategies, *self._history_recallers], split=split)
         self._search_union = self._union(self._vocab_strategies, split=False)
         self.lexranker = None
-        self.theta = None
         self.confidence_model = None
         self.meta: dict = {}
 
