@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from termnorm.dense.biencoder import BiEncoder, count_class, fit_count_head
 from termnorm.dense.index import DenseRecaller, TermIndex
@@ -35,12 +34,8 @@ DEMO = Path(__file__).resolve().parents[1] / "assets" / "demo"
 
 
 @pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # On a shared 2-core machine torch's 2 OpenMP threads spin against other jobs: one thread is ~20x faster here.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
+def one_thread(one_torch_thread):
     yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")

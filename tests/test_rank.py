@@ -46,12 +46,8 @@ ALL_TEXT = SITES + TYPES + MODIFIERS + TRAIN_FILLERS + TEST_FILLERS + ["左右�
 
 
 @pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # tiny models: thread hand-offs cost more than they save on a shared 2-core CI box (measured 10x)
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
+def one_thread(one_torch_thread):
     yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")
