@@ -13,8 +13,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# the demo runs as a single coder without sign-in; with TERMNORM_AUTH=on (or `termnorm app`) sign-in and roles
+# apply: create the first admin with `termnorm create-admin NAME`
 app: $(STAMP)
-	$(PY) -m streamlit run app.py --server.headless true
+	TERMNORM_AUTH=$${TERMNORM_AUTH:-off} $(PY) -m streamlit run app.py --server.headless true
 
 test: $(STAMP)
 	$(PY) -m pytest -q
