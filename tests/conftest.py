@@ -15,3 +15,19 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture
+def url(tmp_path):
+    """A fresh SQLite file for the database layer (its engine is disposed afterwards)."""
+    from db import services
+
+    u = f"sqlite:///{tmp_path / 'termnorm.sqlite3'}"
+    yield u
+    services.dispose(u)
+
+
+@pytest.fixture
+def fast_bcrypt(monkeypatch):
+    """bcrypt's minimum cost: tests check behaviour, not the work factor (production: auth.BCRYPT_ROUNDS)."""
+    monkeypatch.setenv("TERMNORM_BCRYPT_ROUNDS", "4")

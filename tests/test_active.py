@@ -94,13 +94,6 @@ def test_audit_sample():
 
 
 # ------------------------------------------------------------------ database: auto-code + audit
-@pytest.fixture
-def url(tmp_path):
-    u = f"sqlite:///{tmp_path / 'a.sqlite3'}"
-    yield u
-    S.dispose(u)
-
-
 def test_auto_code_with_audit_routes_a_share_back_to_coders(url):
     vocab = demo_vocabulary("procedures")
     names = vocab.names[:3]

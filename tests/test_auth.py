@@ -20,18 +20,14 @@ from db.models import User
 from termnorm import cli_admin
 
 
-@pytest.fixture(autouse=True)
-def fast_bcrypt(monkeypatch):
-    # bcrypt's minimum cost: the tests check behaviour, not the work factor (production: auth.BCRYPT_ROUNDS)
-    monkeypatch.setenv("TERMNORM_BCRYPT_ROUNDS", "4")
+pytestmark = pytest.mark.usefixtures("fast_bcrypt")
 
 
 @pytest.fixture
-def url(tmp_path):
-    u = f"sqlite:///{tmp_path / 'auth.sqlite3'}"
-    services.init_db(u)
-    yield u
-    services.dispose(u)
+def url(url):
+    """The shared SQLite file, migrated."""
+    services.init_db(url)
+    return url
 
 
 @pytest.fixture

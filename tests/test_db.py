@@ -52,13 +52,6 @@ MENTIONS = ["右侧甲状腺肿块切除", "腔镜下右甲状腺结节切除术
 
 
 @pytest.fixture
-def url(tmp_path):
-    u = f"sqlite:///{tmp_path / 'review.sqlite3'}"
-    yield u
-    S.dispose(u)
-
-
-@pytest.fixture
 def setup(url):
     """A migrated database with the demo vocabulary and one batch of MENTIONS (with suggestions)."""
     vocab = demo_vocabulary()

@@ -25,17 +25,14 @@ LI = [A, A, B, B, C, A]  # li's answer for mentions 1..6
 WANG = [A, A, B, A, C, C]  # wang's
 
 
-@pytest.fixture(autouse=True)
-def fast_bcrypt(monkeypatch):
-    monkeypatch.setenv("TERMNORM_BCRYPT_ROUNDS", "4")
+pytestmark = pytest.mark.usefixtures("fast_bcrypt")
 
 
 @pytest.fixture
-def url(tmp_path):
-    u = f"sqlite:///{tmp_path / 'gold.sqlite3'}"
-    services.init_db(u)
-    yield u
-    services.dispose(u)
+def url(url):
+    """The shared SQLite file, migrated."""
+    services.init_db(url)
+    return url
 
 
 @pytest.fixture

@@ -160,7 +160,7 @@ def test_gate_keeps_the_current_model_when_the_new_one_is_worse(world):
 
 def test_corrected_mention_returns_its_terms_without_retraining(world):
     """The instant effect: a correction is durable in the DB and the engine answers it on the next query."""
-    url, vid, bid = world["url"], world["vid"], world["bid"]
+    url, vid = world["url"], world["vid"]
     vocab = demo_vocabulary("procedures")
     eng = Engine(vocab)  # no ranker, no history: nothing learned yet
     text = "双侧甲状腺次全切除术+左侧颈淋巴结清扫"
