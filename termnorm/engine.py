@@ -210,29 +210,10 @@ class Engine:
         train = [m for m in train if m.terms]
         rng = np.random.default_rng(seed)
         fold_of = rng.integers(0, folds, len(train))
-        mentions, cand_lists, golds, n_parts, hcounts = [], [], [], [], []
-        it = range(folds)
-        if progress:
-            from tqdm import tqdm
-            it = tqdm(it, desc="recall for ranker training (folds)")
-        for f in it:
-            inside = [m for m, g in zip(train, fold_of) if g == f]
-            outside = [m for m, g in zip(train, fold_of) if g != f]
-            hist = history_strategies(self.vocabulary, outside) if with_history else []
-            union = self._union([*self._vocab_strategies, *hist], split=self.split)
-            sieve = {normalize(m.text): m.terms for m in outside} if with_history else {}
-            texts = [m.text for m in inside]
-            cl = union.recall_batch(texts)
-            self._kar_scores(texts, cl)
-            for m, cands in zip(inside, cl):
-                hit = sieve.get(normalize(m.text))
-                if hit:
-                    self._boost_sieve(cands, hit)
-                mentions.append(m.text)
-                cand_lists.append(cands)
-                golds.append(m.terms)
-                n_parts.append(self._n_parts(m.text))
-                hcounts.append(len(hit) if hit else 0)
+        order, cand_lists, hcounts = self.kfold_candidates(train, fold_of, with_history, progress)
+        mentions = [train[i].text for i in order]
+        golds = [train[i].terms for i in order]
+        n_parts = [self._n_parts(m) for m in mentions]
         keys = sorted({k for cl in cand_lists for c in cl for k in c.scores})
         feat = PairFeaturizer(keys, tagger=self.tagger)
         t0 = time.perf_counter()
@@ -242,6 +223,38 @@ class Engine:
         self.meta.update(train_size=len(train), train_sha256=_hash_mentions(train), score_keys=keys,
                          fit_seconds=round(time.perf_counter() - t0, 2))
         return self.meta
+
+    def kfold_candidates(self, items: list[LabelledMention], fold_of, with_history: bool = True,
+                         progress: bool = False):
+        """Recall candidates for training mentions with K-fold history: the history recall and sieve
+        of fold f are built from the other folds, so a training mention never finds itself.
+
+        Returns ``(order, candidate lists, sieve hit counts)`` in fold order, ``order`` holding the
+        indices into ``items``. Mentions without terms (e.g. only rejected candidates) are
+        recalled but never serve as history.
+        """
+        order, cand_lists, hcounts = [], [], []
+        it = sorted(set(int(f) for f in fold_of))
+        if progress:
+            from tqdm import tqdm
+            it = tqdm(it, desc="recall for ranker training (folds)")
+        for f in it:
+            inside = [i for i, g in enumerate(fold_of) if g == f]
+            outside = [m for m, g in zip(items, fold_of) if g != f and m.terms]
+            hist = history_strategies(self.vocabulary, outside) if with_history else []
+            union = self._union([*self._vocab_strategies, *hist], split=self.split)
+            sieve = {normalize(m.text): m.terms for m in outside} if with_history else {}
+            texts = [items[i].text for i in inside]
+            cl = union.recall_batch(texts)
+            for i, cands in zip(inside, cl):
+                hit = sieve.get(normalize(items[i].text))
+                if hit:
+                    self._boost_sieve(cands, hit)
+                order.append(i)
+                cand_lists.append(cands)
+                hcounts.append(len(hit) if hit else 0)
+            self._kar_scores(texts, cl)
+        return order, cand_lists, hcounts
 
     def _fit_ranker(self, feat, mentions, cand_lists, golds, n_parts, hcounts, rng, seed) -> None:
         """Choose the output rule and calibrate the confidence on 20% of the mentions held out from a

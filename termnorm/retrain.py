@@ -254,29 +254,14 @@ def evaluate_on_gold(engine, gold: list[LabelledMention], k: int = 50, progress=
 
 # ------------------------------------------------------------------------------------- fitting
 def _kfold_candidates(engine, items: list[LabelledMention], folds: int, seed: int):
-    """Recall candidates per training mention with K-fold history (as Engine.fit_lexical does):
-    history recall on a training mention must not find the mention itself."""
-    from termnorm.recall.history import HistoryRecaller
-
-    rng = np.random.default_rng(seed)
-    fold_of = rng.integers(0, folds, len(items))
+    """Recall candidates per training mention (in ``items`` order) with K-fold history, exactly as
+    Engine.fit_lexical builds them, so a retrained ranker sees the features it is used with."""
+    fold_of = np.random.default_rng(seed).integers(0, folds, len(items))
+    order, got, hits = engine.kfold_candidates(items, fold_of)
     cand_lists: list = [None] * len(items)
     hcounts = [0] * len(items)
-    for f in range(folds):
-        inside = [i for i in range(len(items)) if fold_of[i] == f]
-        if not inside:
-            continue
-        outside = [items[i] for i in range(len(items)) if fold_of[i] != f and items[i].terms]
-        hist = HistoryRecaller().fit(engine.vocabulary, outside)
-        union = engine._union([*engine._vocab_strategies, hist], split=engine.split)
-        sieve = {normalize(m.text): m.terms for m in outside}
-        got = union.recall_batch([items[i].text for i in inside])
-        for i, cands in zip(inside, got):
-            hit = sieve.get(normalize(items[i].text))
-            if hit:
-                engine._boost_sieve(cands, hit)
-            cand_lists[i] = cands
-            hcounts[i] = len(hit) if hit else 0
+    for i, cands, h in zip(order, got, hits):
+        cand_lists[i], hcounts[i] = cands, h
     return cand_lists, hcounts
 
 
