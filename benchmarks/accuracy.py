@@ -1,12 +1,26 @@
 """Accuracy of the full pipeline on Yidu-N7K val, CHIP-CDN dev and NCBI dev, with ablations.
 
-    python3 benchmarks/accuracy.py [--data ../shared/data] [--sets yidu,cdn,ncbi] [--out benchmarks/results/accuracy.json]
+    python3 benchmarks/accuracy.py [--data ../shared/data] [--sets yidu,cdn,ncbi] [--dense-yidu DIR]
+                                   [--dense-cdn DIR] [--out benchmarks/results/accuracy.json]
 
 For each data set: the lexical pipeline (multi-strategy recall + history +
 GBM ranker + count classifier + output rule, fitted on the training set) and
-its ablations — no history recall / sieve ("history" strategies and coded
-mentions removed), no ranker (recall order, top-1), no splitting of
-multi-part mentions. Prints a table and writes JSON.
+approach A's ablations, plus ours:
+
+- ``full``        the pipeline as shipped for the set (settings in ``SETS``: recall profile, candidate budget,
+                  and the metric the output rule is chosen for — CHIP-CDN is judged by micro-F1);
+- ``dense``       ``full`` + the dense bi-encoder as one more recall strategy and ranker feature
+                  (only with ``--dense-<set> DIR``, a folder written by ``termnorm train recall``), so
+                  ``full`` is approach A's "no dense recall" when it is given;
+- ``no_ranker``   recall order, top-1 (no learned ranking, no count);
+- ``no_keywords`` the ranker without its keyword match / mismatch features (approach A's "no keyword
+                  attention" for the lexical ranker; the cross-encoder's own mask ablation is in
+                  ``termnorm.rank``);
+- ``no_fusion``   the ranker's top-1 only: no count prediction, no output rule;
+- ``no_history``  history recall and the sieve removed;
+- ``no_split``    multi-part mentions not split.
+
+Prints a table and writes JSON.
 """
 
 from __future__ import annotations
@@ -22,51 +36,76 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from termnorm.engine import Engine, evaluate_engine  # noqa: E402
+from termnorm.evaluate import evaluate_predictions  # noqa: E402
 from termnorm.io import load_labelled, load_vocabulary  # noqa: E402
 
+#: vocabulary, train, test, then the shipped settings of the set
 SETS = {
-    "yidu": ("yidu-n7k/code.txt", "yidu-n7k/train.xlsx", "yidu-n7k/val.xlsx", "compact"),
-    "cdn": ("chip-cdn/icd10_beijing_clinical_v601.xlsx", "chip-cdn/train.json", "chip-cdn/dev.json", "wide"),
+    "yidu": ("yidu-n7k/code.txt", "yidu-n7k/train.xlsx", "yidu-n7k/val.xlsx",
+             dict(recall_profile="compact", max_candidates=None, rule_metric="accuracy")),
+    "cdn": ("chip-cdn/icd10_beijing_clinical_v601.xlsx", "chip-cdn/train.json", "chip-cdn/dev.json",
+            dict(recall_profile="deep", max_candidates=50, rule_metric="micro_f1")),
     "ncbi": ("ncbi-disease/medic_06Jul2012.txt", "ncbi-disease/NCBItrainset_corpus.txt",
-             "ncbi-disease/NCBIdevelopset_corpus.txt", "wide"),
+             "ncbi-disease/NCBIdevelopset_corpus.txt",
+             dict(recall_profile="wide", max_candidates=None, rule_metric="accuracy")),
 }
 KEYS = ["accuracy", "micro_f1", "recall_at_10", "candidate_recall", "mean_candidates", "count_accuracy",
         "mentions_per_second"]
 
 
-def run_set(name: str, data: Path, ablations: bool) -> dict:
-    vpath, trpath, tepath, profile = SETS[name]
+def run_set(name: str, data: Path, ablations: bool, dense_dir: str | None = None) -> dict:
+    vpath, trpath, tepath, settings = SETS[name]
     kw = data / "keywords"
-    out = {}
+    out = {"settings": dict(settings)}
 
-    def build(history, split=True):
+    def build(history=True, split=True, dense=None):
         vocab = load_vocabulary(data / vpath)
         train = load_labelled(data / trpath, vocab).mentions
         test = load_labelled(data / tepath, vocab).mentions
         eng = Engine(vocab, history=train if history else None, keyword_dir=kw if name != "ncbi" else None,
-                     split=split, recall_profile=profile)
+                     split=split, recall_profile=settings["recall_profile"],
+                     max_candidates=settings["max_candidates"], dense=dense)
         return eng, train, test
 
-    configs = [("full", dict(history=True, split=True), True)]
+    configs = [("full", {}, dict(ranker=True))]
+    if dense_dir:
+        from termnorm.dense.biencoder import BiEncoder
+
+        d = Path(dense_dir)
+        configs.append(("dense", dict(dense=BiEncoder.load(d / "model" if (d / "model").is_dir() else d)),
+                        dict(ranker=True)))
     if ablations:
-        configs += [("no_ranker", dict(history=True, split=True), False),
-                    ("no_history", dict(history=False, split=True), True),
-                    ("no_split", dict(history=True, split=False), True)]
-    for label, kwargs, ranker in configs:
+        configs += [("no_ranker", {}, dict(ranker=False)),
+                    ("no_keywords", {}, dict(ranker=True, keyword_features=False)),
+                    ("no_history", dict(history=False), dict(ranker=True)),
+                    ("no_split", dict(split=False), dict(ranker=True))]
+    for label, build_kw, how in configs:
         t0 = time.perf_counter()
-        eng, train, test = build(**kwargs)
-        if ranker:
-            eng.fit_lexical(train, progress=False)
+        eng, train, test = build(**build_kw)
+        if how["ranker"]:
+            eng.fit_lexical(train, progress=False, rule_metric=settings["rule_metric"],
+                            keyword_features=how.get("keyword_features", True))
         fit_s = time.perf_counter() - t0
-        rep = evaluate_engine(eng, test, stage="full" if ranker else "recall")
+        rep = evaluate_engine(eng, test, stage="full" if how["ranker"] else "recall")
         rep.pop("errors", None)
         rep["setup_and_fit_seconds"] = round(fit_s, 1)
-        if ranker:
+        if how["ranker"]:
             rep["output_rule"] = eng.meta.get("output_rule")
         out[label] = rep
-        print(f"{name:5s} {label:11s} " + "  ".join(
-            f"{k}={rep[k]:.4f}" if isinstance(rep.get(k), float) else f"{k}={rep.get(k)}" for k in KEYS), flush=True)
+        _show(name, label, rep)
+        if label == "full" and ablations:  # no fusion: the same fitted ranker, its top-1 only
+            sugs = eng.suggest_batch([m.text for m in test], k=10 ** 6)
+            nf = evaluate_predictions([m.terms for m in test], [[s.candidates[0].term] if s.candidates else []
+                                                                for s in sugs],
+                                      [[c.term for c in s.candidates] for s in sugs])
+            out["no_fusion"] = nf
+            _show(name, "no_fusion", nf)
     return out
+
+
+def _show(name, label, rep):
+    print(f"{name:5s} {label:11s} " + "  ".join(
+        f"{k}={rep[k]:.4f}" if isinstance(rep.get(k), float) else f"{k}={rep.get(k)}" for k in KEYS), flush=True)
 
 
 def main(argv=None) -> int:
@@ -74,6 +113,8 @@ def main(argv=None) -> int:
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
     ap.add_argument("--sets", default="yidu,cdn,ncbi")
     ap.add_argument("--no-ablations", action="store_true")
+    for n in SETS:
+        ap.add_argument(f"--dense-{n}", help=f"a trained bi-encoder for {n} (adds the 'dense' row)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "accuracy.json"))
     args = ap.parse_args(argv)
     data = Path(args.data)
@@ -83,7 +124,7 @@ def main(argv=None) -> int:
     if out.exists():  # keep the sets measured by an earlier run (each set records its own command)
         results["results"] = json.loads(out.read_text(encoding="utf-8")).get("results", {})
     for name in args.sets.split(","):
-        results["results"][name] = run_set(name, data, not args.no_ablations)
+        results["results"][name] = run_set(name, data, not args.no_ablations, getattr(args, f"dense_{name}"))
         results["results"][name]["command"] = results["command"]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, ensure_ascii=False, indent=1), encoding="utf-8")

@@ -17,9 +17,15 @@ def _add_data_args(p, need_train=False):
     p.add_argument("--no-split", action="store_true", help="do not split multi-part mentions")
     p.add_argument("--dense", help="a trained bi-encoder (the 'model' folder written by `termnorm train recall`)")
     p.add_argument("--ranker", help="a trained keyword-attentive ranker folder (`termnorm train rank`)")
-    p.add_argument("--recall-profile", choices=["wide", "compact"], default="wide",
-                   help="per-strategy candidate counts: wide (multi-term diagnoses, ~49 candidates on CHIP-CDN) or "
-                        "compact (procedures, ~28 on Yidu-N7K)")
+    p.add_argument("--recall-profile", choices=["wide", "compact", "deep"], default="wide",
+                   help="per-strategy candidate counts: wide (multi-term diagnoses, ~49 candidates on CHIP-CDN), "
+                        "compact (procedures, ~28 on Yidu-N7K) or deep (twice wide, ~97 on CHIP-CDN: use with "
+                        "--max-candidates so the fitted ranker keeps the best of them)")
+    p.add_argument("--max-candidates", type=int, default=None,
+                   help="keep only this many candidates per mention after the lexical ranker has ordered them")
+    p.add_argument("--rule-metric", choices=["accuracy", "micro_f1"], default="accuracy",
+                   help="what the output rule (how many terms) is chosen for when the ranker is fitted: "
+                        "exact-set accuracy or pair micro-F1 (the CHIP-CDN metric)")
 
 
 def build_engine(args, progress=True):
@@ -44,7 +50,8 @@ def build_engine(args, progress=True):
 
         ranker = RankerModel.load(args.ranker)
     eng = Engine(vocab, history=history, keyword_dir=args.keywords, split=not args.no_split,
-                 recall_profile=args.recall_profile, dense=dense, ranker=ranker)
+                 recall_profile=args.recall_profile, dense=dense, ranker=ranker,
+                 max_candidates=getattr(args, "max_candidates", None))
     return eng
 
 
@@ -88,7 +95,8 @@ def cmd_evaluate(args) -> int:
         if not args.train:
             print("--stage full needs --train (to fit the lexical ranker) or --model", file=sys.stderr)
             return 2
-        eng.fit_lexical(load_labelled(args.train, eng.vocabulary).mentions, progress=True)
+        eng.fit_lexical(load_labelled(args.train, eng.vocabulary).mentions, progress=True,
+                        rule_metric=args.rule_metric)
     test = load_labelled(args.test, eng.vocabulary)
     if test.missing:
         print(f"note: {len(test.missing)} gold names of {args.test} are not in the vocabulary "
@@ -139,7 +147,7 @@ def cmd_train(args) -> int:
             eng = build_engine(args)
         eng.meta["trained_on"] = str(args.train)
         eng.fit_lexical(load_labelled(args.train, eng.vocabulary).mentions, progress=True,
-                        with_history=not args.cold_start)
+                        with_history=not args.cold_start, rule_metric=args.rule_metric)
         path = eng.save(args.out)
         print(f"saved lexical pipeline to {path}")
         if args.export_ranker:

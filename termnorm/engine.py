@@ -59,7 +59,7 @@ def demo_mentions(which: str | None = None) -> list[LabelledMention]:
 class Engine:
     def __init__(self, vocabulary: Vocabulary, history: list[LabelledMention] | None = None,
                  keyword_dir=None, split: bool = True, model_version: str = "lexical", tagger=None,
-                 recall_profile: str = "wide", dense=None, ranker=None):
+                 recall_profile: str = "wide", dense=None, ranker=None, max_candidates: int | None = None):
         from termnorm.recall.history import add_history_terms
         from termnorm.text.keywords import KeywordTagger
 
@@ -71,6 +71,9 @@ class Engine:
         self.tagger = tagger or KeywordTagger.from_vocabulary(vocabulary, keyword_dir=keyword_dir)
         self.history: list[LabelledMention] = list(history or [])
         self.recall_profile = recall_profile
+        # the candidate set a mention ends with: the union (a "deep" profile recalls ~100) ordered by the
+        # lexical ranker and cut here, so the ranker's top picks, not the union's, fill the budget
+        self.max_candidates = max_candidates
         # gold names of coded mentions that the vocabulary lacks are terms the
         # hospital uses: make them candidates (CHIP-CDN dev: 100 -> 22 unreachable mentions)
         self.added_terms = add_history_terms(vocabulary, self.history)
@@ -199,14 +202,20 @@ class Engine:
 
     # ---- lexical ranking ----------------------------------------------------
     def fit_lexical(self, train: list[LabelledMention], folds: int = 4, progress: bool = False,
-                    seed: int = 0, with_history: bool = True) -> dict:
+                    seed: int = 0, with_history: bool = True, rule_metric: str = "accuracy",
+                    keyword_features: bool = True) -> dict:
         """Fit the GBM ranker + count classifier on K-fold recall candidates (see termnorm.lexrank).
 
         ``with_history=False`` fits a cold-start ranker that never sees history recall or sieve
         features: the one to ship for a vocabulary that has no coded mentions yet (the demo).
+        ``rule_metric`` is what the output rule is chosen for on held-out training mentions:
+        exact-set ``"accuracy"`` or pair ``"micro_f1"`` (the CHIP-CDN metric).
+        ``keyword_features=False`` leaves out the keyword match features (an ablation).
         """
-        from termnorm.lexrank import PairFeaturizer
+        from termnorm.lexrank import RULE_METRICS, PairFeaturizer
 
+        if rule_metric not in RULE_METRICS:
+            raise ValueError(f"rule metric must be one of {RULE_METRICS}, not {rule_metric!r}")
         train = [m for m in train if m.terms]
         rng = np.random.default_rng(seed)
         fold_of = rng.integers(0, folds, len(train))
@@ -215,10 +224,10 @@ class Engine:
         golds = [train[i].terms for i in order]
         n_parts = [self._n_parts(m) for m in mentions]
         keys = sorted({k for cl in cand_lists for c in cl for k in c.scores})
-        feat = PairFeaturizer(keys, tagger=self.tagger)
+        feat = PairFeaturizer(keys, tagger=self.tagger, keywords=keyword_features)
         t0 = time.perf_counter()
         with threadpool_limits(limits=_fit_threads(), user_api="openmp"):
-            self._fit_ranker(feat, mentions, cand_lists, golds, n_parts, hcounts, rng, seed)
+            self._fit_ranker(feat, mentions, cand_lists, golds, n_parts, hcounts, rng, seed, rule_metric)
         self.model_version = "lexical-gbm-" + _hash_mentions(train)[:8]
         self.meta.update(train_size=len(train), train_sha256=_hash_mentions(train), score_keys=keys,
                          fit_seconds=round(time.perf_counter() - t0, 2))
@@ -256,7 +265,8 @@ class Engine:
             self._kar_scores(texts, cl)
         return order, cand_lists, hcounts
 
-    def _fit_ranker(self, feat, mentions, cand_lists, golds, n_parts, hcounts, rng, seed) -> None:
+    def _fit_ranker(self, feat, mentions, cand_lists, golds, n_parts, hcounts, rng, seed,
+                    rule_metric: str = "accuracy") -> None:
         """Choose the output rule and calibrate the confidence on 20% of the mentions held out from a
         first fit (in-sample probabilities would make both optimistic), then fit on everything."""
         from termnorm.lexrank import LexicalRanker, select_rule
@@ -267,13 +277,13 @@ class Engine:
                                                                            hcounts)))
         hp = probe.score(sel(mentions, True), sel(cand_lists, True), sel(n_parts, True))
         hc = probe.count_probs(sel(mentions, True), hp, sel(n_parts, True), sel(hcounts, True))
-        rule, rule_scores = select_rule(sel(cand_lists, True), hp, hc, sel(golds, True))
+        rule, rule_scores = select_rule(sel(cand_lists, True), hp, hc, sel(golds, True), metric=rule_metric)
         probe.rule = rule
         self.lexranker = probe
         self._fit_confidence(*(sel(a, True) for a in (mentions, cand_lists, golds, n_parts, hcounts)))
         self.lexranker = LexicalRanker(feat, seed=seed).fit(mentions, cand_lists, golds, n_parts, hcounts)
         self.lexranker.rule = rule
-        self.meta.update(output_rule=list(rule), output_rule_heldout_accuracy=rule_scores)
+        self.meta.update(output_rule=list(rule), output_rule_metric=rule_metric, output_rule_heldout=rule_scores)
 
     def _fit_confidence(self, mentions, cand_lists, golds, n_parts, hcounts) -> None:
         """Platt-style calibration of P(whole answer right) on held-out predictions."""
@@ -294,6 +304,8 @@ class Engine:
         out = []
         for m, cands, p, cp, hc in zip(mentions, cand_lists, probs, cps, hcounts):
             order = np.argsort(-p, kind="stable") if len(p) else np.zeros(0, dtype=int)
+            if self.max_candidates:
+                order = order[:self.max_candidates]
             ranked = [cands[i] for i in order]
             ps = p[order] if len(p) else p
             for c, s in zip(ranked, ps):
@@ -395,7 +407,7 @@ class Engine:
         joblib.dump({"vocabulary": self.vocabulary, "history": self.history, "lexranker": self.lexranker,
                      "confidence_model": self.confidence_model, "split": self.split,
                      "keyword_dir": str(self.keyword_dir) if self.keyword_dir else None,
-                     "recall_profile": self.recall_profile},
+                     "recall_profile": self.recall_profile, "max_candidates": self.max_candidates},
                     folder / "pipeline.joblib", compress=3)
         config = {"format": "termnorm-pipeline/1", "model_version": self.model_version,
                   "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "vocabulary": self.vocabulary.name,
@@ -430,7 +442,8 @@ class Engine:
             ranker = RankerModel.load(folder / "ranker")
         eng = cls(state["vocabulary"], history=state["history"], keyword_dir=state.get("keyword_dir"),
                   split=state["split"], model_version=config["model_version"],
-                  recall_profile=state.get("recall_profile", "wide"), dense=dense, ranker=ranker)
+                  recall_profile=state.get("recall_profile", "wide"), dense=dense, ranker=ranker,
+                  max_candidates=state.get("max_candidates"))
         eng.lexranker = state["lexranker"]
         if eng.lexranker is not None:
             eng.lexranker.featurizer.tagger = eng.tagger

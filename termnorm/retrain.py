@@ -366,13 +366,14 @@ def fit_with_pairs(engine, train: list[LabelledMention], confirmed_negatives: di
     keys = sorted({k for cl in cand_lists for c in cl for k in c.scores})
     feat = PairFeaturizer(keys, tagger=engine.tagger)
     count_mask = [bool(g) for g in golds]
+    metric = engine.meta.get("output_rule_metric", "accuracy")
     rule, rule_scores = _select_output_rule(feat, texts, cand_lists, golds, n_parts, hcounts, weights, count_mask,
-                                            seed)
+                                            seed, metric=metric)
     engine.lexranker = LexicalRanker(feat, seed=seed).fit(texts, cand_lists, golds, n_parts, hcounts,
                                                           weights=weights, count_mask=count_mask)
     if rule is not None:
         engine.lexranker.rule = rule
-        engine.meta.update(output_rule=list(rule), output_rule_heldout_accuracy=rule_scores)
+        engine.meta.update(output_rule=list(rule), output_rule_metric=metric, output_rule_heldout=rule_scores)
     say(0.85, "calibrating confidence")
     lab = [i for i, g in enumerate(golds) if g]
     engine._fit_confidence([texts[i] for i in lab], [cand_lists[i] for i in lab], [golds[i] for i in lab],
@@ -388,9 +389,9 @@ def fit_with_pairs(engine, train: list[LabelledMention], confirmed_negatives: di
 
 
 def _select_output_rule(feat, texts, cand_lists, golds, n_parts, hcounts, weights, count_mask, seed: int,
-                        held_share: float = 0.2):
+                        held_share: float = 0.2, metric: str = "accuracy"):
     """The output rule (termnorm.lexrank.select_rule) chosen as Engine.fit_lexical does: a probe ranker
-    fitted on 80% of the mentions, the rule with the best exact-set accuracy on the other 20%.
+    fitted on 80% of the mentions, the rule with the best ``metric`` on the other 20%.
     (None, {}) when this lexrank has no rule selection."""
     try:
         from termnorm.lexrank import LexicalRanker, select_rule
@@ -410,7 +411,7 @@ def _select_output_rule(feat, texts, cand_lists, golds, n_parts, hcounts, weight
                                                weights=pick(weights, fit_i), count_mask=pick(count_mask, fit_i))
     hp = probe.score(pick(texts, out_i), pick(cand_lists, out_i), pick(n_parts, out_i))
     hc = probe.count_probs(pick(texts, out_i), hp, pick(n_parts, out_i), pick(hcounts, out_i))
-    return select_rule(pick(cand_lists, out_i), hp, hc, pick(golds, out_i))
+    return select_rule(pick(cand_lists, out_i), hp, hc, pick(golds, out_i), metric=metric)
 
 
 # ------------------------------------------------------------------------------------- neural parts

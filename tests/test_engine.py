@@ -78,3 +78,36 @@ def test_neural_stages_feed_the_fusion(demo, tmp_path):
     assert again.dense is not None and again.ranker is not None
     t = [m.text for m in mentions[40:45]]
     assert [s.chosen for s in eng.suggest_batch(t)] == [s.chosen for s in again.suggest_batch(t)]
+
+
+def test_deep_recall_cut_by_the_ranker_keeps_its_best(demo, tmp_path):
+    """The cascade: a deep union ordered by the fitted ranker, cut at max_candidates; saved and loaded."""
+    vocab, mentions = demo
+    train, test = mentions[::2], mentions[1::2]
+    wide = Engine(vocab, history=train, recall_profile="wide")
+    deep = Engine(vocab, history=train, recall_profile="deep", max_candidates=8)
+    n_wide = [len(c) for c in wide.recall_batch([m.text for m in test])]
+    n_deep = [len(c) for c in deep.recall_batch([m.text for m in test])]
+    assert sum(n_deep) > sum(n_wide)  # the deep profile recalls more before the cut
+    deep.fit_lexical(train)
+    sugs = deep.suggest_batch([m.text for m in test], k=10 ** 6)
+    assert max(len(s.candidates) for s in sugs) == 8
+    for s in sugs:  # the kept ones are the ranker's best, in its order, and the answer is among them
+        probs = [c.scores["ranker"] for c in s.candidates]
+        assert probs == sorted(probs, reverse=True)
+        assert set(s.chosen) <= {c.term for c in s.candidates} or s.confidence >= 0.97
+    again = Engine.load(deep.save(tmp_path / "deep"))
+    assert again.max_candidates == 8 and again.recall_profile == "deep"
+    assert [s.chosen for s in again.suggest_batch([m.text for m in test[:10]])] == [s.chosen for s in sugs[:10]]
+
+
+def test_rule_metric_and_keyword_ablation_are_recorded(demo):
+    vocab, mentions = demo
+    eng = Engine(vocab, history=mentions[:60])
+    eng.fit_lexical(mentions[:60], rule_metric="micro_f1", keyword_features=False)
+    assert eng.meta["output_rule_metric"] == "micro_f1"
+    assert eng.lexranker.featurizer.keywords is False
+    feats = eng.lexranker.featurizer.transform("右侧甲状腺肿瘤切除术", eng.recall_batch(["右侧甲状腺肿瘤切除术"])[0])
+    assert not feats[:, -9:].any()  # the keyword match / mismatch columns stay empty
+    with pytest.raises(ValueError, match="rule metric"):
+        eng.fit_lexical(mentions[:60], rule_metric="f2")

@@ -189,3 +189,29 @@ def test_learned_weights_pick_the_informative_score(tmp_path):
         a = fb.fuse([Candidate(c.term_id, c.term, scores=dict(c.scores)) for c in cs], 1)
         b = again.fuse([Candidate(c.term_id, c.term, scores=dict(c.scores)) for c in cs], 1)
         assert a == b
+
+
+def test_output_rule_follows_the_metric_of_the_data_set():
+    """By hand: one 4-term mention whose count model says 1, two 1-term mentions with a 0.45 runner-up.
+
+    Top-1 ("count"): 2 of 3 sets right; pairs tp 3, predicted 3, gold 6 -> F1 6/9.
+    Everything above 0.4: 1 of 3 sets right; tp 6, predicted 8, gold 6 -> F1 12/14.
+    Exact-set accuracy keeps approach A's count rule, micro-F1 takes a threshold below 0.45.
+    """
+    import numpy as np
+
+    from termnorm.lexrank import select_rule
+    from termnorm.records import Candidate
+
+    def cands(prefix, n):
+        return [Candidate(i, f"{prefix}{i}", 0.0, {}, []) for i in range(n)]
+
+    lists = [cands("a", 4), cands("c", 2), cands("d", 2)]
+    probs = [np.array([0.9, 0.45, 0.45, 0.45]), np.array([0.9, 0.45]), np.array([0.9, 0.45])]
+    one = np.array([1.0, 0.0, 0.0])
+    golds = [["a0", "a1", "a2", "a3"], ["c0"], ["d0"]]
+    rule, scores = select_rule(lists, probs, [one] * 3, golds, metric="accuracy")
+    assert rule == ("count", 0.5) and scores["count@0.5"] == round(2 / 3, 4)
+    rule, scores = select_rule(lists, probs, [one] * 3, golds, metric="micro_f1")
+    assert rule[0] in ("count+threshold", "threshold") and rule[1] < 0.45
+    assert scores["count@0.5"] == round(6 / 9, 4) and scores[f"{rule[0]}@{rule[1]}"] == round(12 / 14, 4)

@@ -57,9 +57,13 @@ COMPACT_K = {
     "history": 3, "history_abbr": 1, "history_part": 10,
     "history_jaccard": 4, "history_jaccard_abbr": 0, "history_jaccard_part": 0,
 }
+#: Twice every k of DEFAULT_K (~97 candidates on CHIP-CDN dev): the first stage of a cascade in which
+#: the fitted lexical ranker orders them and ``Engine(max_candidates=50)`` keeps its top 50 (measured by
+#: ``python3 benchmarks/recall.py``, row ``cascade``).
+DEEP_K = {key: 2 * k for key, k in DEFAULT_K.items()}
 #: Named k profiles: "wide" for multi-term diagnosis mentions (CHIP-CDN),
-#: "compact" for procedure mentions (Yidu-N7K).
-K_PROFILES = {"wide": DEFAULT_K, "compact": COMPACT_K}
+#: "compact" for procedure mentions (Yidu-N7K), "deep" for a ranker-cut cascade.
+K_PROFILES = {"wide": DEFAULT_K, "compact": COMPACT_K, "deep": DEEP_K}
 
 #: k of a strategy the table above does not name (e.g. a dense recaller):
 #: whole mention 10, abbreviation-expanded like the whole, parts 0.
