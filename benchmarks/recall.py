@@ -12,6 +12,13 @@ Prints a table and writes JSON (``--out``, default
   the v601 file alone, and v601 plus the train gold names, which the
   benchmark adds with :func:`termnorm.recall.history.add_history_terms`).
 
+* the cascade (CHIP-CDN, ``--cascade``, on by default there): the ``deep`` union
+  (every k doubled, ~97 candidates) ordered by the lexical GBM ranker fitted
+  on train with K-fold history (``Engine(recall_profile="deep",
+  max_candidates=50)``), cut at 50 per mention — the candidate set a mention
+  ends with when the pipeline ships with ``--recall-profile deep
+  --max-candidates 50``. Adds ~4 min (the ranker fit).
+
 ``--tune`` re-derives the union's per-key ks: strategies run once with large
 ks on 1,000 *train* mentions (history = the other train mentions), then a
 greedy search raises, step by step, the key whose extra candidates buy the
@@ -19,7 +26,7 @@ most recall (candidate recall + 0.5 x pair recall) until the mean candidate
 count reaches the budget (Yidu-N7K 30, CHIP-CDN 50). Evaluation data is never
 used for tuning.
 
-    python3 benchmarks/recall.py                 # both datasets, ~1-2 min on 2 cores
+    python3 benchmarks/recall.py                 # both datasets, ~6 min on 2 cores (cascade included)
     python3 benchmarks/recall.py --tune          # also re-tune the ks (~+1 min)
     python3 benchmarks/recall.py --datasets yidu --limit 200
 """
@@ -199,6 +206,34 @@ def run_dataset(name: str, data: Path, keywords: dict, k: dict, limit: int | Non
     return result
 
 
+def run_cascade(name: str, data: Path, budget: int, limit: int | None = None) -> dict:
+    """The deep union cut at ``budget`` per mention by the fitted lexical ranker (see the module docstring)."""
+    from termnorm.engine import Engine
+
+    ds = load_dataset(name, data)
+    evaluation = ds["eval"][:limit] if limit else ds["eval"]
+    vocab = load_vocabulary(ds["vocab_path"])  # the engine adds the history's gold names itself
+    t0 = time.perf_counter()
+    eng = Engine(vocab, history=ds["history"], keyword_dir=data / "keywords", recall_profile="deep",
+                 max_candidates=budget)
+    deep = eng.recall_batch([m.text for m in evaluation])
+    eng.fit_lexical(ds["history"])
+    fit_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    sugs = eng.suggest_batch([m.text for m in evaluation], k=10 ** 6)
+    secs = time.perf_counter() - t0
+    gold = [m.terms for m in evaluation]
+    ranked = [[c.term for c in s.candidates] for s in sugs]
+    deep_ranked = [[c.term for c in cl] for cl in deep]
+    return {"budget": budget, "candidate_recall": candidate_recall(gold, ranked), "pair_recall": pair_recall(gold, ranked),
+            "mean_candidates": sum(map(len, ranked)) / len(ranked), "max_candidates": max(map(len, ranked)),
+            "before_cut": {"candidate_recall": candidate_recall(gold, deep_ranked),
+                           "pair_recall": pair_recall(gold, deep_ranked),
+                           "mean_candidates": sum(map(len, deep_ranked)) / len(deep_ranked)},
+            "fit_s": round(fit_s, 1), "recall_and_rank_s": round(secs, 2),
+            "mentions_per_s": round(len(evaluation) / secs, 1)}
+
+
 def print_table(name: str, res: dict) -> None:
     c = res["ceiling"]
     print(f"\n== {name}: {res['vocabulary_terms']} terms, {res['history_mentions']} history mentions, "
@@ -219,6 +254,13 @@ def print_table(name: str, res: dict) -> None:
           f"pair recall {u[b.replace('candidate', 'pair')]:.3f}")
     print(f"union: fit {u['fit_s']:.2f} s (all strategies), recall {u['recall_s']:.2f} s for {c['n']} mentions "
           f"= {u['mentions_per_s']:.0f} mentions/s")
+    if "cascade" in res:
+        q = res["cascade"]
+        b = q["before_cut"]
+        print(f"cascade: deep union cand {b['candidate_recall']:.3f} pair {b['pair_recall']:.3f} at "
+              f"{b['mean_candidates']:.1f} -> ranker's top {q['budget']}: cand {q['candidate_recall']:.3f} "
+              f"pair {q['pair_recall']:.3f} at {q['mean_candidates']:.1f} (max {q['max_candidates']}); "
+              f"fit {q['fit_s']:.0f} s, recall + rank {q['mentions_per_s']:.0f} mentions/s")
 
 
 def main(argv=None) -> int:
@@ -228,6 +270,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "recall.json")
     ap.add_argument("--tune", action="store_true", help="re-derive the per-key ks on train mentions first")
     ap.add_argument("--limit", type=int, default=None, help="evaluate on the first N mentions only")
+    ap.add_argument("--cascade", default="cdn",
+                    help="datasets that also get the ranker-cut cascade row ('' for none; default cdn)")
     args = ap.parse_args(argv)
     if not (args.data / "yidu-n7k").is_dir():
         print(f"data folder not found: {args.data}", file=sys.stderr)
@@ -240,6 +284,8 @@ def main(argv=None) -> int:
             out.setdefault("tuning", {})[name] = t = tune(name, args.data, keywords)
             k = t["k"]
         res = run_dataset(name, args.data, keywords, k, args.limit)
+        if name in args.cascade.split(","):
+            res["cascade"] = run_cascade(name, args.data, BUDGET[name], args.limit)
         print_table(name, res)
         out["results"][name] = res
     args.out.parent.mkdir(parents=True, exist_ok=True)
