@@ -66,13 +66,16 @@ def test_evaluate_recall_and_full_write_every_metric(demo_split, tmp_path):
 def test_train_lexical_save_and_evaluate_with_model(demo_split, tmp_path):
     d, n_test = demo_split
     run("train", "lexical", "--vocab", str(DEMO / "procedures.csv"), "--train", str(d / "train.csv"),
-        "--out", str(tmp_path / "m"), "--export-ranker", str(tmp_path / "r.joblib"))
+        "--out", str(tmp_path / "m"), "--export-ranker", str(tmp_path / "r.joblib"),
+        "--recall-profile", "deep", "--max-candidates", "6", "--rule-metric", "micro_f1")
     cfg = json.loads((tmp_path / "m" / "config.json").read_text(encoding="utf-8"))
     assert cfg["format"] == "termnorm-pipeline/1" and len(cfg["train_sha256"]) == 64
+    assert cfg["output_rule_metric"] == "micro_f1"
     assert (tmp_path / "r.joblib").stat().st_size > 0
     run("evaluate", "--model", str(tmp_path / "m"), "--test", str(d / "test.csv"), "--stage", "full",
         "--report", str(tmp_path / "e.json"))
-    assert json.loads((tmp_path / "e.json").read_text(encoding="utf-8"))["n"] == n_test
+    e = json.loads((tmp_path / "e.json").read_text(encoding="utf-8"))
+    assert e["n"] == n_test and 1 < e["mean_candidates"] <= 6  # the saved pipeline keeps its candidate budget
 
 
 def test_malformed_vocabulary_names_file_and_row(tmp_path):
