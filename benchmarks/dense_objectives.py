@@ -1,6 +1,6 @@
 """The three dense-recall objectives side by side, under one training budget.
 
-    python3 benchmarks/dense_objectives.py [--data ../shared/data] [--seconds 300] [--threads 1]
+    python3 benchmarks/dense_objectives.py [--data ../shared/data] [--steps 40] [--threads 1]
                                            [--max-val 500] [--out benchmarks/results/dense_objectives.json]
 
 Trains the bi-encoder (e5-small rebuilt offline by ``termnorm encoder build``)
@@ -8,7 +8,8 @@ on Yidu-N7K train once per objective of ``termnorm.dense.train`` — ``nce``
 (approach D: symmetric in-batch InfoNCE + mined hard negatives + E-FN),
 ``batch_hard`` (approach E: batch-hard soft-margin triplet) and
 ``triplet_online`` (approach A: triplet with per-epoch negative sampling) —
-each for the same wall-clock budget on the same CPU threads, then reports
+each for the same number of optimizer steps (batch 32; wall-clock time is
+reported but depends on what else the machine runs), then reports
 recall@1/10/20 of the term index on Yidu-N7K val, count-head accuracy, steps
 done and seconds. Every run is the CLI itself (``python -m
 termnorm.dense.train``) in a subprocess, so the figures are what a user gets.
@@ -37,7 +38,7 @@ def run_one(objective: str, data: Path, args, work: Path) -> dict:
            "--vocab", str(data / "yidu-n7k/code.txt"), "--train", str(data / "yidu-n7k/train.xlsx"),
            "--val", str(data / "yidu-n7k/val.xlsx"), "--encoder", args.encoder, "--objective", objective,
            "--epochs", str(args.epochs), "--lr", str(args.lr), "--threads", str(args.threads),
-           "--max-seconds", str(args.seconds), "--max-val", str(args.max_val), "--no-progress", "--out", str(out)]
+           "--max-steps", str(args.steps), "--max-val", str(args.max_val), "--no-progress", "--out", str(out)]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -57,7 +58,7 @@ def main(argv=None) -> int:
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
     ap.add_argument("--encoder", default="e5-small")
     ap.add_argument("--objectives", default=",".join(OBJECTIVES))
-    ap.add_argument("--seconds", type=float, default=300.0, help="training budget per objective")
+    ap.add_argument("--steps", type=int, default=40, help="training budget per objective (optimizer steps)")
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--lr", type=float, default=5e-5)
     ap.add_argument("--threads", type=int, default=1)
@@ -68,7 +69,7 @@ def main(argv=None) -> int:
     results = {"data": str(data), "machine": {"python": platform.python_version(), "platform": platform.platform(),
                                               "cpus": os.cpu_count()},
                "command": "python3 benchmarks/dense_objectives.py " + " ".join(argv or sys.argv[1:]),
-               "budget_seconds": args.seconds, "threads": args.threads, "runs": []}
+               "budget_steps": args.steps, "threads": args.threads, "runs": []}
     with tempfile.TemporaryDirectory(prefix="termnorm-dense-") as tmp:
         for obj in args.objectives.split(","):
             r = run_one(obj, data, args, Path(tmp))
