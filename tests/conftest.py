@@ -28,6 +28,15 @@ def url(tmp_path):
 
 
 @pytest.fixture
+def db_url(url):
+    """The fresh SQLite file, migrated to the newest schema (Alembic)."""
+    from db import services
+
+    services.init_db(url)
+    return url
+
+
+@pytest.fixture
 def fast_bcrypt(monkeypatch):
     """bcrypt's minimum cost: tests check behaviour, not the work factor (production: auth.BCRYPT_ROUNDS)."""
     monkeypatch.setenv("TERMNORM_BCRYPT_ROUNDS", "4")

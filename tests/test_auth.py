@@ -24,15 +24,8 @@ pytestmark = pytest.mark.usefixtures("fast_bcrypt")
 
 
 @pytest.fixture
-def url(url):
-    """The shared SQLite file, migrated."""
-    services.init_db(url)
-    return url
-
-
-@pytest.fixture
-def s(url):
-    with services.session_scope(url) as session:
+def s(db_url):
+    with services.session_scope(db_url) as session:
         yield session
 
 
@@ -179,19 +172,19 @@ def test_the_last_admin_stays(s, admin):
 
 
 # ------------------------------------------------------------------ termnorm create-admin
-def test_cli_create_admin_from_password_file_and_stdin(tmp_path, url):
+def test_cli_create_admin_from_password_file_and_stdin(tmp_path, db_url):
     pw = tmp_path / "pw.txt"
     pw.write_text("file-password-123\nignored second line\n", encoding="utf-8")
     out, err = io.StringIO(), io.StringIO()
-    assert cli_admin.create_admin("boss", str(pw), url, stdout=out, stderr=err) == 0
+    assert cli_admin.create_admin("boss", str(pw), db_url, stdout=out, stderr=err) == 0
     assert "boss" in out.getvalue() and not err.getvalue()
-    assert cli_admin.create_admin("boss2", None, url, stdin=io.StringIO("stdin-password-123\n"), stdout=out) == 0
+    assert cli_admin.create_admin("boss2", None, db_url, stdin=io.StringIO("stdin-password-123\n"), stdout=out) == 0
     # too short: refused with a message, nothing created
-    assert cli_admin.create_admin("weak", None, url, stdin=io.StringIO("short\n"), stdout=out, stderr=err) == 2
+    assert cli_admin.create_admin("weak", None, db_url, stdin=io.StringIO("short\n"), stdout=out, stderr=err) == 2
     assert "at least" in err.getvalue()
-    with services.session_scope(url) as s:
+    with services.session_scope(db_url) as s:
         assert auth.authenticate(s, "boss", "file-password-123")["role"] == "admin"
         assert auth.authenticate(s, "boss2", "stdin-password-123")["role"] == "admin"
         assert auth.user(s, "weak") is None
     # argparse entry point (what `termnorm create-admin` calls)
-    assert cli_admin.main(["boss3", "--password-file", str(pw), "--db", url]) == 0
+    assert cli_admin.main(["boss3", "--password-file", str(pw), "--db", db_url]) == 0

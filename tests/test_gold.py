@@ -29,16 +29,9 @@ pytestmark = pytest.mark.usefixtures("fast_bcrypt")
 
 
 @pytest.fixture
-def url(url):
-    """The shared SQLite file, migrated."""
-    services.init_db(url)
-    return url
-
-
-@pytest.fixture
-def world(url):
+def world(db_url):
     """Users of every role, the demo procedure vocabulary and a batch of 6 thyroid mentions."""
-    with services.session_scope(url) as s:
+    with services.session_scope(db_url) as s:
         auth.create_admin(s, "root", "root-password")
         for name, role in (("lead1", "lead"), ("li", "annotator"), ("wang", "annotator"), ("zhao", "annotator"),
                            ("coder1", "coder")):
@@ -46,7 +39,7 @@ def world(url):
         vid = services.load_vocabulary(s, demo_vocabulary("procedures"), "demo-procedures")
         bid = services.create_batch(s, "thyroid", vid, [f"甲状腺手术{i}" for i in range(1, 7)])
         mids = [m["id"] for m in services.mentions(s, bid)]
-    return {"url": url, "vocabulary_id": vid, "batch_id": bid, "mentions": mids}
+    return {"url": db_url, "vocabulary_id": vid, "batch_id": bid, "mentions": mids}
 
 
 def annotate_all(s, task_id, mids, answers: dict[str, list[str]]):
@@ -56,11 +49,11 @@ def annotate_all(s, task_id, mids, answers: dict[str, list[str]]):
 
 
 # ------------------------------------------------------------------ schema
-def test_migration_0002_matches_the_models(url):
+def test_migration_0002_matches_the_models(db_url):
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
 
-    eng = services.get_engine(url)
+    eng = services.get_engine(db_url)
     with eng.connect() as c:
         assert c.execute(text("SELECT version_num FROM alembic_version")).scalar_one() == "0002"
         assert compare_metadata(MigrationContext.configure(c), M.Base.metadata) == []
