@@ -476,6 +476,15 @@ def flash(kind: str, message: str) -> None:
     st.session_state.setdefault("_flash", []).append((kind, message))
 
 
+def page(role: str | None = None) -> Context:
+    """What every page does first: the role check (``role``; None = any signed-in user or the demo),
+    the CSS and the messages left by the previous run. Returns the shared context."""
+    ctx = require_role(role) if role else context()
+    style()
+    show_flash()
+    return ctx
+
+
 def show_flash() -> None:
     for kind, message in st.session_state.pop("_flash", []):
         if kind == "error":

@@ -18,9 +18,7 @@ from pages import _ui
 
 FIXED = ("mention_id", "position", "mention", "n_annotators", "n_distinct", "common", "any", "majority", "gold")
 
-ctx = _ui.require_role("lead")
-_ui.style()
-_ui.show_flash()
+ctx = _ui.page("lead")
 ss = st.session_state
 
 with _ui.session() as s:

@@ -12,9 +12,7 @@ from db import auth
 from db.models import ROLES
 from pages import _ui
 
-ctx = _ui.require_role("admin")
-_ui.style()
-_ui.show_flash()
+ctx = _ui.page("admin")
 ss = st.session_state
 
 st.markdown("### Users")

@@ -18,9 +18,7 @@ from pages import _ui
 
 ASSISTED_SHOWN = 10  # candidates listed in an assisted task (the coding page shows 5 plus "more")
 
-ctx = _ui.require_role("annotator")
-_ui.style()
-_ui.show_flash()
+ctx = _ui.page("annotator")
 ss = st.session_state
 
 with _ui.session() as s:

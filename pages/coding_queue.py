@@ -23,9 +23,7 @@ SHORTCUTS = [("S", "save the terms in the box (accept if unchanged, else correct
              ("A", "accept the engine's terms"), ("X", "reject: no candidate fits"), ("K", "skip"),
              ("Enter", "in the comment box: flag for a lead")]
 
-ctx = _ui.context()
-_ui.style()
-_ui.show_flash()
+ctx = _ui.page()
 
 if ctx.vocabulary_id is None or ctx.batch_id is None:
     st.info("No batch to code: import mentions on the Import / Export page.")

@@ -23,9 +23,7 @@ from termnorm import dashboard as dash
 CHART_HEIGHT = 340
 ERROR_ROWS = 200  # rows shown in the error table (the download has all of them)
 
-ctx = _ui.require_role("lead")
-_ui.style()
-_ui.show_flash()
+ctx = _ui.page("lead")
 ss = st.session_state
 
 with _ui.session() as s:

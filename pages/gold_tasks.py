@@ -16,9 +16,7 @@ import streamlit as st
 from db import auth, gold, services
 from pages import _ui
 
-ctx = _ui.require_role("lead")
-_ui.style()
-_ui.show_flash()
+ctx = _ui.page("lead")
 
 MODE_HELP = {"blind": "blind: annotators see only the mention and search the vocabulary (no anchoring on the "
                       "engine's answer; use it for gold the engine will be measured on)",

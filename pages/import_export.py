@@ -24,9 +24,7 @@ FORMATS = {  # label -> (services format, file suffix, MIME type)
     "FHIR R5 ConceptMap": ("fhir", "fhir.json", "application/fhir+json"),
 }
 
-ctx = _ui.context()
-_ui.style()
-_ui.show_flash()
+ctx = _ui.page()
 st.title("Import / Export")
 
 if ctx.vocabulary_id is None:

@@ -19,9 +19,7 @@ from termnorm import active, retrain
 from termnorm.jobs import FINAL, JobBusy, JobRunner
 from termnorm.registry import GATE_MARGIN, Gate, Registry
 
-ctx = _ui.require_role("lead")
-_ui.style()
-_ui.show_flash()
+ctx = _ui.page("lead")
 
 if ctx.vocabulary_id is None:
     st.info("No vocabulary yet: import one on the Import / Export page.")
