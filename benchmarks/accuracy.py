@@ -35,6 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._results import write_json  # noqa: E402
+
 from termnorm.engine import Engine, evaluate_engine  # noqa: E402
 from termnorm.evaluate import evaluate_predictions  # noqa: E402
 from termnorm.io import load_labelled, load_vocabulary  # noqa: E402
@@ -126,9 +128,7 @@ def main(argv=None) -> int:
     for name in args.sets.split(","):
         results["results"][name] = run_set(name, data, not args.no_ablations, getattr(args, f"dense_{name}"))
         results["results"][name]["command"] = results["command"]
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, ensure_ascii=False, indent=1), encoding="utf-8")
-    print(f"written to {args.out}")
+    write_json(args.out, results)
     return 0
 
 

@@ -6,12 +6,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from benchmarks._results import write_json  # noqa: E402
 
 from termnorm.engine import Engine, demo_mentions, demo_vocabulary, evaluate_engine  # noqa: E402
 
@@ -32,7 +33,7 @@ def main(argv=None) -> int:
                       "candidate_recall": base["candidate_recall"], "model_version": eng.model_version}
         print(f"{which:10s} n={len(ms)}  recall order {base['accuracy']:.3f}  cold-start ranker {full['accuracy']:.3f}"
               f"  (micro-F1 {base['micro_f1']:.3f} -> {full['micro_f1']:.3f})")
-    Path(args.out).write_text(json.dumps(res, ensure_ascii=False, indent=1), encoding="utf-8")
+    write_json(args.out, res)
     return 0
 
 

@@ -29,6 +29,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks._results import write_json  # noqa: E402
 OBJECTIVES = ("nce", "batch_hard", "triplet_online")
 
 
@@ -78,9 +81,7 @@ def main(argv=None) -> int:
             print(f"{obj:15s} steps={r['steps']:4d} train_s={r['train_seconds']:7.1f}  "
                   + "  ".join(f"{k}={f[k]:.3f}" for k in ("recall@1", "recall@10", "recall@20", "count_accuracy")
                               if k in f), flush=True)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, ensure_ascii=False, indent=1), encoding="utf-8")
-    print(f"written to {args.out}")
+    write_json(args.out, results)
     return 0
 
 

@@ -37,6 +37,8 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from benchmarks._results import write_json  # noqa: E402
 DATA = REPO / ".." / "shared" / "data"
 RESULTS = REPO / "benchmarks" / "results"
 
@@ -289,8 +291,7 @@ def main(argv=None) -> int:
               "seconds": round(time.perf_counter() - t0, 1)}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "learning_curve.json").write_text(json.dumps(result, ensure_ascii=False, indent=1, default=float),
-                                              encoding="utf-8")
+    write_json(out / "learning_curve.json", result)
     files = plot(result, out)
     print(json.dumps(summary, ensure_ascii=False, indent=1, default=float))
     log(f"wrote {out / 'learning_curve.json'}, {', '.join(files)}")

@@ -19,7 +19,6 @@ engine runs for every next mention), for comparison.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -31,6 +30,8 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from benchmarks._results import write_json  # noqa: E402
 
 from db import services  # noqa: E402
 from pages import _ui  # noqa: E402
@@ -106,9 +107,7 @@ def main(argv=None) -> dict:
         print(f"{k:12}{r['p50_ms']:9.1f}{r['p95_ms']:9.1f}{r['suggestions_computed_while_waiting']:10d}   "
               + ", ".join(f"{p} {v:.1f}" for p, v in r["parts_p50_ms"].items()))
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-    print(f"wrote {out}")
+    write_json(out, result)
     return result
 
 

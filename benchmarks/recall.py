@@ -43,6 +43,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._results import write_json  # noqa: E402
+
 from termnorm.evaluate import candidate_recall, evaluate_predictions, pair_recall, recall_at_k  # noqa: E402
 from termnorm.io import load_keywords, load_labelled, load_vocabulary  # noqa: E402
 from termnorm.recall.bm25 import BM25Recaller  # noqa: E402
@@ -288,9 +290,7 @@ def main(argv=None) -> int:
             res["cascade"] = run_cascade(name, args.data, BUDGET[name], args.limit)
         print_table(name, res)
         out["results"][name] = res
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, ensure_ascii=False, indent=1, default=float), encoding="utf-8")
-    print(f"\nwrote {args.out}")
+    write_json(args.out, out)
     return 0
 
 

@@ -16,7 +16,6 @@ Prints the figures and writes JSON with the device used.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -27,6 +26,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from benchmarks._results import write_json  # noqa: E402
 
 from termnorm.engine import Engine  # noqa: E402
 from termnorm.io import load_labelled, load_vocabulary  # noqa: E402
@@ -105,9 +106,7 @@ def main(argv=None) -> int:
         print(f"with ranker (20 candidates): p50 {res['with_ranker_20_candidates']['p50_ms']} ms, p95 "
               f"{res['with_ranker_20_candidates']['p95_ms']} ms; ranker batch {res['ranker_batch_mentions_per_s']} "
               f"mentions/s", flush=True)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(res, ensure_ascii=False, indent=1), encoding="utf-8")
-    print(f"written to {args.out}")
+    write_json(args.out, res)
     return 0
 
 
