@@ -16,6 +16,7 @@ approach A's ablations, plus ours:
 - ``no_keywords`` the ranker without its keyword match / mismatch features (approach A's "no keyword
                   attention" for the lexical ranker; the cross-encoder's own mask ablation is in
                   ``termnorm.rank``);
+- ``no_diff``     the ranker without the learned surface-difference scorer (termnorm.rank.surface);
 - ``no_fusion``   the ranker's top-1 only: no count prediction, no output rule;
 - ``no_history``  history recall and the sieve removed;
 - ``no_split``    multi-part mentions not split.
@@ -79,6 +80,7 @@ def run_set(name: str, data: Path, ablations: bool, dense_dir: str | None = None
     if ablations:
         configs += [("no_ranker", {}, dict(ranker=False)),
                     ("no_keywords", {}, dict(ranker=True, keyword_features=False)),
+                    ("no_diff", {}, dict(ranker=True, surface_diff=False)),
                     ("no_history", dict(history=False), dict(ranker=True)),
                     ("no_split", dict(split=False), dict(ranker=True))]
     for label, build_kw, how in configs:
@@ -86,7 +88,8 @@ def run_set(name: str, data: Path, ablations: bool, dense_dir: str | None = None
         eng, train, test = build(**build_kw)
         if how["ranker"]:
             eng.fit_lexical(train, progress=False, rule_metric=settings["rule_metric"],
-                            keyword_features=how.get("keyword_features", True))
+                            keyword_features=how.get("keyword_features", True),
+                            surface_diff=how.get("surface_diff", True))
         fit_s = time.perf_counter() - t0
         rep = evaluate_engine(eng, test, stage="full" if how["ranker"] else "recall")
         rep.pop("errors", None)

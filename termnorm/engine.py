@@ -95,6 +95,8 @@ class Engine:
         self._search_union = self._union(self._vocab_strategies, split=False)
         self.lexranker = None
         self.confidence_model = None
+        # learned mention/term difference scorer (termnorm.rank.surface), score key "diff"; fitted with the ranker
+        self.diff_scorer = None
         self.meta: dict = {}
 
     # ---- construction ---------------------------------------------------
@@ -122,7 +124,8 @@ class Engine:
         path.parent.mkdir(parents=True, exist_ok=True)
         joblib.dump({"format": "termnorm-ranker/1", "pair_model": r.pair_model, "count_model": r.count_model,
                      "score_keys": r.featurizer.score_keys, "theta": r.theta, "rule": r.rule,
-                     "confidence_model": self.confidence_model, "trained_on": self.meta.get("trained_on", ""),
+                     "confidence_model": self.confidence_model, "diff_scorer": self.diff_scorer,
+                     "trained_on": self.meta.get("trained_on", ""),
                      "model_version": self.model_version}, path, compress=3)
         return path
 
@@ -147,6 +150,9 @@ class Engine:
         r = LexicalRanker(PairFeaturizer(state["score_keys"], tagger=self.tagger), theta=state["theta"])
         r.pair_model, r.count_model, r.rule = state["pair_model"], state["count_model"], tuple(state["rule"])
         self.lexranker, self.confidence_model = r, state["confidence_model"]
+        self.diff_scorer = state.get("diff_scorer")
+        if self.diff_scorer is not None:
+            self.diff_scorer.tagger = self.tagger
         self.model_version = f"pretrained:{state.get('model_version', Path(path).stem)}"
         self.meta.update(pretrained_ranker=str(path), trained_on=state.get("trained_on", ""))
         return True
@@ -169,6 +175,8 @@ class Engine:
             hit = self._sieve.get(normalize(m))
             if hit:
                 self._boost_sieve(cl, hit)
+        if self.diff_scorer is not None:
+            self.diff_scorer.annotate(mentions, cands)
         self._kar_scores(mentions, cands)
         return cands
 
@@ -203,7 +211,7 @@ class Engine:
     # ---- lexical ranking ----------------------------------------------------
     def fit_lexical(self, train: list[LabelledMention], folds: int = 4, progress: bool = False,
                     seed: int = 0, with_history: bool = True, rule_metric: str = "accuracy",
-                    keyword_features: bool = True) -> dict:
+                    keyword_features: bool = True, surface_diff: bool = True) -> dict:
         """Fit the GBM ranker + count classifier on K-fold recall candidates (see termnorm.lexrank).
 
         ``with_history=False`` fits a cold-start ranker that never sees history recall or sieve
@@ -211,6 +219,7 @@ class Engine:
         ``rule_metric`` is what the output rule is chosen for on held-out training mentions:
         exact-set ``"accuracy"`` or pair ``"micro_f1"`` (the CHIP-CDN metric).
         ``keyword_features=False`` leaves out the keyword match features (an ablation).
+        ``surface_diff=False`` fits no surface-difference scorer (termnorm.rank.surface; an ablation).
         """
         from termnorm.lexrank import RULE_METRICS, PairFeaturizer
 
@@ -222,6 +231,7 @@ class Engine:
         order, cand_lists, hcounts = self.kfold_candidates(train, fold_of, with_history, progress)
         mentions = [train[i].text for i in order]
         golds = [train[i].terms for i in order]
+        self.fit_surface(mentions, cand_lists, golds, enabled=surface_diff, progress=progress)
         n_parts = [self._n_parts(m) for m in mentions]
         keys = sorted({k for cl in cand_lists for c in cl for k in c.scores})
         feat = PairFeaturizer(keys, tagger=self.tagger, keywords=keyword_features)
@@ -232,6 +242,34 @@ class Engine:
         self.meta.update(train_size=len(train), train_sha256=_hash_mentions(train), score_keys=keys,
                          fit_seconds=round(time.perf_counter() - t0, 2))
         return self.meta
+
+    def fit_surface(self, mentions, cand_lists, golds, enabled: bool = True, progress: bool = False) -> None:
+        """Fit the surface-difference scorer on K-fold candidates and write its *out-of-fold* scores into
+        them (key "diff"), so the ranker trains on scores like those it will see; ``enabled=False`` drops it."""
+        from termnorm.rank.surface import SurfaceDiffScorer
+
+        self.meta["surface_diff"] = bool(enabled)
+        if not enabled:
+            self.diff_scorer = None
+            return
+        t0 = time.perf_counter()
+        scorer = SurfaceDiffScorer(tagger=self.tagger)
+        scorer.annotate(mentions, cand_lists, scorer.fit_out_of_fold(mentions, cand_lists, golds, progress=progress))
+        self.diff_scorer = scorer if scorer.fitted else None
+        self.meta["surface_diff_seconds"] = round(time.perf_counter() - t0, 2)
+
+    def with_history(self, history: list[LabelledMention]) -> "Engine":
+        """A copy that answers from other coded mentions (history recall and sieve rebuilt); the vocabulary,
+        its strategies and every fitted model are shared."""
+        import copy
+
+        eng = copy.copy(self)
+        eng.history = list(history)
+        eng._sieve = {normalize(m.text): list(m.terms) for m in eng.history}
+        eng._history_recallers = history_strategies(self.vocabulary, eng.history)
+        eng.union = eng._union([*self._vocab_strategies, *eng._history_recallers], split=self.split)
+        eng.meta = dict(self.meta)
+        return eng
 
     def kfold_candidates(self, items: list[LabelledMention], fold_of, with_history: bool = True,
                          progress: bool = False):
@@ -407,12 +445,15 @@ class Engine:
         joblib.dump({"vocabulary": self.vocabulary, "history": self.history, "lexranker": self.lexranker,
                      "confidence_model": self.confidence_model, "split": self.split,
                      "keyword_dir": str(self.keyword_dir) if self.keyword_dir else None,
-                     "recall_profile": self.recall_profile, "max_candidates": self.max_candidates},
+                     "recall_profile": self.recall_profile, "max_candidates": self.max_candidates,
+                     "diff_scorer": self.diff_scorer},
                     folder / "pipeline.joblib", compress=3)
         config = {"format": "termnorm-pipeline/1", "model_version": self.model_version,
                   "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "vocabulary": self.vocabulary.name,
                   "vocabulary_source": self.vocabulary.source, "n_terms": len(self.vocabulary),
                   "stages": ["lexical-recall", "history", "lexical-gbm-ranker", "count"], **self.meta}
+        if self.diff_scorer is not None:
+            config["stages"].insert(-2, "surface-diff")
         if self.dense is not None:
             self.dense.save(folder / "dense")
             config["stages"].insert(1, "dense-recall")
@@ -448,6 +489,9 @@ class Engine:
         if eng.lexranker is not None:
             eng.lexranker.featurizer.tagger = eng.tagger
         eng.confidence_model = state["confidence_model"]
+        eng.diff_scorer = state.get("diff_scorer")
+        if eng.diff_scorer is not None:
+            eng.diff_scorer.tagger = eng.tagger
         eng.meta = config
         return eng
 

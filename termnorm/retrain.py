@@ -211,19 +211,11 @@ def gold_sha256(gold: list[LabelledMention]) -> str:
 def without_history(engine, texts: set[str]):
     """A copy of ``engine`` that does not know the given (normalized) mention texts as coded history.
 
-    Shares the vocabulary, tagger and fitted models; only history recall and the
-    sieve are rebuilt. Used so a gold mention that was coded earlier is not
-    answered from memory when the gate measures the model.
+    Shares the vocabulary, tagger and fitted models (ranker, surface scorer, neural stages, recall
+    profile); only history recall and the sieve are rebuilt. Used so a gold mention that was coded
+    earlier is not answered from memory when the gate measures the model.
     """
-    from termnorm.engine import Engine
-
-    hist = [m for m in engine.history if normalize(m.text) not in texts]
-    eng = Engine(engine.vocabulary, history=hist, keyword_dir=engine.keyword_dir, split=engine.split,
-                 model_version=engine.model_version, tagger=engine.tagger)
-    for attr in ("lexranker", "confidence_model", "theta", "dense", "meta"):
-        if hasattr(engine, attr):
-            setattr(eng, attr, getattr(engine, attr))
-    return eng
+    return engine.with_history([m for m in engine.history if normalize(m.text) not in texts])
 
 
 def evaluate_on_gold(engine, gold: list[LabelledMention], k: int = 50, progress=None) -> tuple[dict, list[dict]]:
@@ -314,6 +306,8 @@ def fit_with_pairs(engine, train: list[LabelledMention], confirmed_negatives: di
     cand_lists, hcounts = _kfold_candidates(engine, items, folds, seed)
     texts = [m.text for m in items]
     golds = [list(m.terms) for m in items]
+    say(0.4, "fitting the surface-difference scorer")
+    engine.fit_surface(texts, cand_lists, golds, enabled=engine.meta.get("surface_diff", True))
     n_parts = [engine._n_parts(t) for t in texts]
     t_recall = time.perf_counter() - t0
 

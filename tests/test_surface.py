@@ -1,0 +1,114 @@
+"""The learned surface-difference scorer (termnorm.rank.surface): features, learning, out-of-fold scores,
+and its place in the engine (score key "diff", saved with the pipeline, its ablation)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from termnorm.engine import Engine, demo_mentions, demo_vocabulary
+from termnorm.rank.surface import SurfaceDiffScorer
+from termnorm.records import Candidate
+
+SITES = ["甲状腺", "肝", "肾", "胃", "乳腺", "膀胱", "卵巢", "子宫", "脾", "胆囊", "结肠", "直肠", "胰腺", "肺"]
+
+
+def cands(*terms):
+    return [Candidate(i, t, 0.0, {}, []) for i, t in enumerate(terms)]
+
+
+def test_pair_features_name_what_differs():
+    f = set(SurfaceDiffScorer().pair_features("左髌骨骨折术后内固定物取出术", "锁骨内固定装置去除术"))
+    assert {"t+锁", "m-髌", "x髌锁", "T锁骨内固定装置去除术"} <= f
+    assert "t+骨" not in f and "m-骨" not in f  # shared characters are not differences
+    assert "tb+锁骨" in f and "mb-髌骨" in f
+
+
+def test_keyword_differences_use_the_tagger():
+    eng = Engine(demo_vocabulary("procedures"))
+    f = set(SurfaceDiffScorer(tagger=eng.tagger).pair_features("左小腿离断术", "大腿截断术"))
+    kinds = {x for x in f if x.startswith(("tk+", "mk-", "kx"))}
+    assert "tk+大腿" in kinds and "mk-小腿" in kinds and "kx小腿|大腿" in kinds
+
+
+def _synthetic(sites):
+    """X肿瘤切除术 -> X病损切除术 (coders' rewrite), with another site's term as the negative."""
+    mentions, lists, golds = [], [], []
+    for i, s in enumerate(sites):
+        other = sites[(i + 3) % len(sites)]
+        mentions.append(f"{s}肿瘤切除术")
+        lists.append(cands(f"{other}病损切除术", f"{s}病损切除术", f"{s}切开探查术"))
+        golds.append([f"{s}病损切除术"])
+    return mentions, lists, golds
+
+
+def test_it_learns_the_rewrite_and_the_site_and_transfers_to_unseen_sites():
+    m, cl, g = _synthetic(SITES[:12])
+    scorer = SurfaceDiffScorer()
+    oof = scorer.fit_out_of_fold(m * 3, cl * 3, g * 3, folds=3)
+    assert scorer.fitted and len(oof) == 36 and all(len(s) == 3 for s in oof)
+    # unseen sites: the same-site rewrite wins over the other site's term and over the other procedure
+    tm, tcl, tg = _synthetic(["胰腺", "肺", "食管"])
+    for scores, cl_, gold in zip(scorer.score(tm, tcl), tcl, tg):
+        assert cl_[int(np.argmax(scores))].term == gold[0], scores
+
+
+def test_out_of_fold_scores_do_not_see_their_own_label():
+    """A pair seen once (an idiosyncratic label) scores high in-sample but not out of fold."""
+    m, cl, g = _synthetic(SITES)
+    m = m + ["阑尾周围脓肿引流术"]
+    cl = cl + [cands("腹腔脓肿引流术", "阑尾切除术")]
+    g = g + [["阑尾切除术"]]
+    scorer = SurfaceDiffScorer()
+    oof = scorer.fit_out_of_fold(m, cl, g, folds=5)
+    full = scorer.score(m, cl)
+    odd_oof, odd_full = oof[-1], full[-1]
+    assert odd_full[1] - odd_full[0] > odd_oof[1] - odd_oof[0]
+
+
+def test_unlabelled_mentions_are_scored_but_not_learned():
+    m, cl, g = _synthetic(SITES[:8])
+    scorer = SurfaceDiffScorer()
+    out = scorer.fit_out_of_fold(m + ["肝囊肿开窗术"], cl + [cands("肝病损切除术")], g + [[]])
+    assert len(out) == 9 and len(out[-1]) == 1
+    assert scorer.fit_out_of_fold([], [], []) == []
+    nothing = SurfaceDiffScorer().fit_out_of_fold(["a"], [cands("b")], [[]])
+    assert nothing[0].tolist() == [0.0]
+
+
+@pytest.fixture(scope="module")
+def demo():
+    vocab = demo_vocabulary("procedures")
+    mentions = [m for m in demo_mentions("procedures") if all(t in vocab for t in m.terms)]
+    return vocab, mentions
+
+
+def test_engine_fits_it_uses_it_saves_it(demo, tmp_path):
+    vocab, mentions = demo
+    eng = Engine(vocab, history=mentions[:60])
+    eng.fit_lexical(mentions[:60])
+    assert eng.diff_scorer is not None and eng.meta["surface_diff"] is True
+    assert "diff" in eng.lexranker.featurizer.score_keys
+    texts = [m.text for m in mentions[60:80]]
+    sugs = eng.suggest_batch(texts)
+    assert all("diff" in c.scores for s in sugs for c in s.candidates)
+    eng.save(tmp_path / "m")
+    again = Engine.load(tmp_path / "m")
+    assert again.diff_scorer is not None and again.diff_scorer.tagger is again.tagger
+    b = again.suggest_batch(texts)
+    assert [[round(c.scores["diff"], 6) for c in s.candidates] for s in sugs] == \
+        [[round(c.scores["diff"], 6) for c in s.candidates] for s in b]
+    assert [s.chosen for s in sugs] == [s.chosen for s in b]
+    # the copy used to evaluate without some coded mentions keeps the scorer
+    other = eng.with_history(mentions[:10])
+    assert other.diff_scorer is eng.diff_scorer and len(other.history) == 10
+    assert all("diff" in c.scores for c in other.suggest(texts[0]).candidates)
+
+
+def test_the_ablation_fits_no_scorer(demo):
+    vocab, mentions = demo
+    eng = Engine(vocab, history=mentions[:60])
+    eng.fit_lexical(mentions[:60], surface_diff=False)
+    assert eng.diff_scorer is None and eng.meta["surface_diff"] is False
+    assert "diff" not in eng.lexranker.featurizer.score_keys
+    assert all("diff" not in c.scores for c in eng.suggest(mentions[70].text).candidates)
