@@ -26,6 +26,8 @@ def _add_data_args(p, need_train=False):
     p.add_argument("--rule-metric", choices=["accuracy", "micro_f1"], default="accuracy",
                    help="what the output rule (how many terms) is chosen for when the ranker is fitted: "
                         "exact-set accuracy or pair micro-F1 (the CHIP-CDN metric)")
+    p.add_argument("--no-surface-diff", action="store_true",
+                   help="fit the ranker without the learned surface-difference scorer (score 'diff'; an ablation)")
 
 
 def build_engine(args, progress=True):
@@ -96,7 +98,7 @@ def cmd_evaluate(args) -> int:
             print("--stage full needs --train (to fit the lexical ranker) or --model", file=sys.stderr)
             return 2
         eng.fit_lexical(load_labelled(args.train, eng.vocabulary).mentions, progress=True,
-                        rule_metric=args.rule_metric)
+                        rule_metric=args.rule_metric, surface_diff=not args.no_surface_diff)
     test = load_labelled(args.test, eng.vocabulary)
     if test.missing:
         print(f"note: {len(test.missing)} gold names of {args.test} are not in the vocabulary "
@@ -147,7 +149,8 @@ def cmd_train(args) -> int:
             eng = build_engine(args)
         eng.meta["trained_on"] = str(args.train)
         eng.fit_lexical(load_labelled(args.train, eng.vocabulary).mentions, progress=True,
-                        with_history=not args.cold_start, rule_metric=args.rule_metric)
+                        with_history=not args.cold_start, rule_metric=args.rule_metric,
+                        surface_diff=not args.no_surface_diff)
         path = eng.save(args.out)
         print(f"saved lexical pipeline to {path}")
         if args.export_ranker:

@@ -231,7 +231,8 @@ class Engine:
         order, cand_lists, hcounts = self.kfold_candidates(train, fold_of, with_history, progress)
         mentions = [train[i].text for i in order]
         golds = [train[i].terms for i in order]
-        self.fit_surface(mentions, cand_lists, golds, enabled=surface_diff, progress=progress)
+        self.fit_surface(mentions, cand_lists, golds, enabled=surface_diff, progress=progress,
+                         keywords=keyword_features)
         n_parts = [self._n_parts(m) for m in mentions]
         keys = sorted({k for cl in cand_lists for c in cl for k in c.scores})
         feat = PairFeaturizer(keys, tagger=self.tagger, keywords=keyword_features)
@@ -243,9 +244,11 @@ class Engine:
                          fit_seconds=round(time.perf_counter() - t0, 2))
         return self.meta
 
-    def fit_surface(self, mentions, cand_lists, golds, enabled: bool = True, progress: bool = False) -> None:
+    def fit_surface(self, mentions, cand_lists, golds, enabled: bool = True, progress: bool = False,
+                    keywords: bool = True) -> None:
         """Fit the surface-difference scorer on K-fold candidates and write its *out-of-fold* scores into
-        them (key "diff"), so the ranker trains on scores like those it will see; ``enabled=False`` drops it."""
+        them (key "diff"), so the ranker trains on scores like those it will see; ``enabled=False`` drops it,
+        ``keywords=False`` fits it without keyword-level features."""
         from termnorm.rank.surface import SurfaceDiffScorer
 
         self.meta["surface_diff"] = bool(enabled)
@@ -253,7 +256,7 @@ class Engine:
             self.diff_scorer = None
             return
         t0 = time.perf_counter()
-        scorer = SurfaceDiffScorer(tagger=self.tagger)
+        scorer = SurfaceDiffScorer(tagger=self.tagger, keywords=keywords)
         scorer.annotate(mentions, cand_lists, scorer.fit_out_of_fold(mentions, cand_lists, golds, progress=progress))
         self.diff_scorer = scorer if scorer.fitted else None
         self.meta["surface_diff_seconds"] = round(time.perf_counter() - t0, 2)

@@ -71,11 +71,17 @@ def test_train_lexical_save_and_evaluate_with_model(demo_split, tmp_path):
     cfg = json.loads((tmp_path / "m" / "config.json").read_text(encoding="utf-8"))
     assert cfg["format"] == "termnorm-pipeline/1" and len(cfg["train_sha256"]) == 64
     assert cfg["output_rule_metric"] == "micro_f1"
+    assert cfg["surface_diff"] is True and "surface-diff" in cfg["stages"]
     assert (tmp_path / "r.joblib").stat().st_size > 0
     run("evaluate", "--model", str(tmp_path / "m"), "--test", str(d / "test.csv"), "--stage", "full",
         "--report", str(tmp_path / "e.json"))
     e = json.loads((tmp_path / "e.json").read_text(encoding="utf-8"))
     assert e["n"] == n_test and 1 < e["mean_candidates"] <= 6  # the saved pipeline keeps its candidate budget
+    run("train", "lexical", "--vocab", str(DEMO / "procedures.csv"), "--train", str(d / "train.csv"),
+        "--out", str(tmp_path / "m2"), "--no-surface-diff")
+    cfg = json.loads((tmp_path / "m2" / "config.json").read_text(encoding="utf-8"))
+    assert cfg["surface_diff"] is False and "surface-diff" not in cfg["stages"]
+    assert "diff" not in cfg["score_keys"]
 
 
 def test_malformed_vocabulary_names_file_and_row(tmp_path):

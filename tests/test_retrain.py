@@ -138,9 +138,11 @@ def test_training_page_retrains_in_the_background_and_registers_a_gated_version(
     # the new version answers, and its suggestions say so, also once stored in the database
     eng = reg.load(v2)
     assert eng.model_version == v2
+    # the retrained ranker comes with its own surface-difference scorer, fitted on the coders' pairs
+    assert eng.diff_scorer is not None and "diff" in eng.lexranker.featurizer.score_keys
     first = world["rows"][1]
     sug = eng.suggest(first["text"])
-    assert sug.model_version == v2
+    assert sug.model_version == v2 and all("diff" in c.scores for c in sug.candidates)
     with S.session_scope(url) as s:
         S.store_suggestion(s, first["id"], sug)
         assert S.latest_suggestion(s, first["id"]).model_version == v2

@@ -29,6 +29,9 @@ def test_keyword_differences_use_the_tagger():
     f = set(SurfaceDiffScorer(tagger=eng.tagger).pair_features("左小腿离断术", "大腿截断术"))
     kinds = {x for x in f if x.startswith(("tk+", "mk-", "kx"))}
     assert "tk+大腿" in kinds and "mk-小腿" in kinds and "kx小腿|大腿" in kinds
+    # the keyword ablation: no keyword-level features, the character ones stay
+    g = set(SurfaceDiffScorer(tagger=eng.tagger, keywords=False).pair_features("左小腿离断术", "大腿截断术"))
+    assert not {x for x in g if x.startswith(("tk+", "mk-", "kx"))} and "t+大" in g
 
 
 def _synthetic(sites):

@@ -63,8 +63,10 @@ def _bigrams(s: str) -> set[str]:
 class SurfaceDiffScorer:
     """Logistic regression on hashed mention/term difference features; ``score`` -> decision values."""
 
-    def __init__(self, tagger=None, c: float = C, seed: int = 0):
+    def __init__(self, tagger=None, c: float = C, seed: int = 0, keywords: bool = True):
         self.tagger = tagger
+        # False: no keyword-level features (part of the ranker's "no keyword attention" ablation)
+        self.keywords = keywords
         self.c = c
         self.seed = seed
         self.model: LogisticRegression | None = None
@@ -85,7 +87,7 @@ class SurfaceDiffScorer:
         got = self._kw_cache.get(text)
         if got is None:
             got = set()
-            if self.tagger is not None:
+            if self.tagger is not None and self.keywords:
                 got = {normalize(sp.text) for sp in self.tagger.tag(text) if sp.kind in KINDS}
             if len(self._kw_cache) > 200_000:
                 self._kw_cache.clear()
