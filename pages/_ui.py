@@ -176,6 +176,11 @@ def confidence_badge(conf: float) -> str:
     return f'<span class="tn-badge tn-{band}" title="calibrated confidence">confidence {conf:.0%}</span>'
 
 
+#: Candidate scores that are not a recall strategy's and stay out of the "found by" column: the fused
+#: ranker probability (its own column) and the surface scorer's log-odds (a ranker input, any sign).
+NOT_RECALL_SCORES = frozenset({"ranker", "diff"})
+
+
 def candidate_table_html(cands: list[Candidate], mention_spans: list[KeywordSpan], chosen: list[str],
                          tag, start: int = 1) -> str:
     """The ranked candidates as one HTML table: rank, code, highlighted term, fused score and its parts."""
@@ -192,7 +197,7 @@ def candidate_table_html(cands: list[Candidate], mention_spans: list[KeywordSpan
         if miss:
             term += ' <span class="tn-miss">lacks ' + ", ".join(esc(s.text) for s in miss) + "</span>"
         parts = "".join(f'<span class="tn-part">{esc(k)} {v:.2f}</span>'
-                        for k, v in sorted(c.scores.items()) if k != "ranker")
+                        for k, v in sorted(c.scores.items()) if k not in NOT_RECALL_SCORES)
         ranker = (f'<td>{c.scores["ranker"]:.2f}</td>' if "ranker" in c.scores else "<td>–</td>") if ranked else ""
         width = max(2, int(60 * max(0.0, c.score) / top))
         cls = ' class="tn-pick"' if c.term in chosen else ""

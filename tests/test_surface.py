@@ -115,3 +115,15 @@ def test_the_ablation_fits_no_scorer(demo):
     assert eng.diff_scorer is None and eng.meta["surface_diff"] is False
     assert "diff" not in eng.lexranker.featurizer.score_keys
     assert all("diff" not in c.scores for c in eng.suggest(mentions[70].text).candidates)
+
+
+def test_the_coding_table_lists_recall_strategies_not_the_scorer():
+    """The coder's "found by" column names the recall strategies; the scorer's log-odds (any sign) stays out."""
+    from pages import _ui
+
+    c = Candidate(0, "甲状腺病损切除术", 0.9, {"tfidf": 0.61, "history": 0.5, "diff": -2.25, "ranker": 0.9},
+                  ["06.3100"])
+    html = _ui.candidate_table_html([c], [], ["甲状腺病损切除术"], lambda text: [])
+    assert "tfidf 0.61" in html and "history 0.50" in html
+    assert "diff" not in html and "-2.25" not in html
+    assert "<td>0.90</td>" in html  # the ranker keeps its own column
