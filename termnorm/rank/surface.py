@@ -18,8 +18,8 @@ CPU-cheap stand-in: a logistic regression over hashed features of the pair's
   it given the rest).
 
 Its decision value becomes one more score of a candidate (key ``"diff"``),
-so the GBM and the count classifier take it as a feature next to the recall
-strategies' scores. For training candidates it must be out-of-fold (a
+so the GBM ranker takes it (value and rank) as a feature next to the recall
+strategies' scores, and the count classifier through the GBM's probabilities. For training candidates it must be out-of-fold (a
 mention's own label never scores its candidates): :meth:`fit_out_of_fold`
 returns such scores and keeps a model fitted on every mention for inference.
 
@@ -50,7 +50,8 @@ MAX_CROSS = 12
 #: Inverse regularization of the logistic regression. Yidu-N7K val exact-set accuracy of the lexical
 #: pipeline (without the scorer 0.821), before the ending features: C=1 0.852, C=4 0.857, C=8 0.864;
 #: with them: C=4 0.868, C=8 0.866 (one run each; differences below ~0.005 are noise). Tried and left
-#: out: jieba word differences (0.855), pairs of first two characters (0.862).
+#: out: jieba word differences (0.855), pairs of first two characters (0.862), pairs of differing
+#: bigrams (0.859).
 C = 4.0
 #: Hashed feature space; 2^21 buckets keep collisions rare for the ~10^5-10^6 distinct pair features.
 N_FEATURES = 1 << 21
@@ -73,14 +74,18 @@ class SurfaceDiffScorer:
         # converted on every product, measured 2 ms per mention) and bias; None until fitted
         self.weights: np.ndarray | None = None
         self.bias = 0.0
-        self._kw_cache: dict[str, set[str]] = {}
+        self._kw_cache: dict[str, set[str]] = {}  # text -> its keywords
+        self._term_cache: dict[str, str] = {}  # term -> normalized term
 
     def __getstate__(self):
         state = dict(self.__dict__)
         state["tagger"] = None  # the engine hands its own tagger back after loading
-        state["_kw_cache"] = {}
-        state.pop("_term_cache", None)
+        state["_kw_cache"], state["_term_cache"] = {}, {}  # caches hold text: never pickled
         return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._kw_cache, self._term_cache = {}, {}
 
     @property
     def fitted(self) -> bool:
@@ -123,12 +128,11 @@ class SurfaceDiffScorer:
         return out
 
     def _norm_term(self, term: str) -> str:
-        cache = self.__dict__.setdefault("_term_cache", {})
-        t = cache.get(term)
+        t = self._term_cache.get(term)
         if t is None:
-            if len(cache) > 200_000:
-                cache.clear()
-            t = cache[term] = normalize(term)
+            if len(self._term_cache) > 200_000:
+                self._term_cache.clear()
+            t = self._term_cache[term] = normalize(term)
         return t
 
     def _matrix(self, mentions, cand_lists):
