@@ -40,10 +40,11 @@ import numpy as np
 from sklearn.feature_extraction.text import HashingVectorizer
 from sklearn.linear_model import LogisticRegression
 
+from termnorm.lexrank import SITE_TYPE
 from termnorm.text.normalize import normalize
 
-#: Keyword kinds whose differences are features (as the GBM's keyword features).
-KINDS = ("site", "type", "nature")
+#: Cached texts per cache (mention and term keywords, normalized terms) before it is emptied.
+CACHE_SIZE = 200_000
 #: Pairs of differing characters are crossed only when both sides differ in at most this many characters
 #: (long unrelated pairs would add hundreds of meaningless features).
 MAX_CROSS = 12
@@ -92,16 +93,21 @@ class SurfaceDiffScorer:
         return self.weights is not None
 
     # ---- features ----------------------------------------------------------------
-    def _keywords(self, text: str) -> set[str]:
-        got = self._kw_cache.get(text)
+    @staticmethod
+    def _cached(cache: dict, key: str, compute):
+        got = cache.get(key)
         if got is None:
-            got = set()
-            if self.tagger is not None and self.keywords:
-                got = {normalize(sp.text) for sp in self.tagger.tag(text) if sp.kind in KINDS}
-            if len(self._kw_cache) > 200_000:
-                self._kw_cache.clear()
-            self._kw_cache[text] = got
+            if len(cache) > CACHE_SIZE:
+                cache.clear()
+            got = cache[key] = compute(key)
         return got
+
+    def _keywords(self, text: str) -> set[str]:
+        """Site / type / nature keywords (the GBM's keyword kinds, termnorm.lexrank.SITE_TYPE), normalized."""
+        if self.tagger is None or not self.keywords:
+            return set()
+        return self._cached(self._kw_cache, text, lambda t: {normalize(sp.text) for sp in self.tagger.tag(t)
+                                                              if sp.kind in SITE_TYPE})
 
     def pair_features(self, mention: str, term: str, m: str | None = None) -> list[str]:
         """The difference features of one (mention, term) pair, as strings to be hashed
@@ -128,12 +134,7 @@ class SurfaceDiffScorer:
         return out
 
     def _norm_term(self, term: str) -> str:
-        t = self._term_cache.get(term)
-        if t is None:
-            if len(self._term_cache) > 200_000:
-                self._term_cache.clear()
-            t = self._term_cache[term] = normalize(term)
-        return t
+        return self._cached(self._term_cache, term, normalize)
 
     def _matrix(self, mentions, cand_lists):
         hv = HashingVectorizer(analyzer=_identity, n_features=N_FEATURES, alternate_sign=False, norm="l2",
