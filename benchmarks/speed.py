@@ -77,9 +77,9 @@ def main(argv=None) -> int:
 
     ranker = None
     if args.ranker:
-        from termnorm.rank.kar import RankerModel
+        from termnorm.rank.crossfit import load_ranker
 
-        ranker = RankerModel.load(args.ranker)
+        ranker = load_ranker(args.ranker)
     elif args.ranker_encoder:
         from termnorm.encoder.provider import resolve_encoder
         from termnorm.rank.kar import RankerModel

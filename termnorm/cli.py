@@ -48,9 +48,9 @@ def build_engine(args, progress=True):
         d = Path(args.dense)
         dense = BiEncoder.load(d / "model" if (d / "model").is_dir() else d)
     if getattr(args, "ranker", None):
-        from termnorm.rank.kar import RankerModel
+        from termnorm.rank.crossfit import load_ranker
 
-        ranker = RankerModel.load(args.ranker)
+        ranker = load_ranker(args.ranker)
     eng = Engine(vocab, history=history, keyword_dir=args.keywords, split=not args.no_split,
                  recall_profile=args.recall_profile, dense=dense, ranker=ranker,
                  max_candidates=getattr(args, "max_candidates", None))

@@ -481,9 +481,9 @@ class Engine:
 
             dense = BiEncoder.load(folder / "dense")
         if (folder / "ranker").is_dir():
-            from termnorm.rank.kar import RankerModel
+            from termnorm.rank.crossfit import load_ranker
 
-            ranker = RankerModel.load(folder / "ranker")
+            ranker = load_ranker(folder / "ranker")
         eng = cls(state["vocabulary"], history=state["history"], keyword_dir=state.get("keyword_dir"),
                   split=state["split"], model_version=config["model_version"],
                   recall_profile=state.get("recall_profile", "wide"), dense=dense, ranker=ranker,

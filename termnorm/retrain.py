@@ -434,13 +434,28 @@ def retrain_neural(current_folder: Path, vocabulary, train: list[LabelledMention
         report["dense"]["device"] = str(enc.device)
         parts["dense"] = enc
     if (current_folder / "ranker").is_dir():
-        from termnorm.rank import RankerModel, train_ranker
+        from termnorm.rank import train_ranker
+        from termnorm.rank.crossfit import CrossFitRanker, fold_of_text, load_ranker
         from termnorm.rank.train import recall_candidates_fn
 
-        model = RankerModel.load(current_folder / "ranker", tagger=tagger)
-        report["ranker"] = _jsonable(train_ranker(model, vocabulary, train, recall_candidates_fn(vocabulary),
-                                                  epochs=1, time_budget_s=budget_s, progress=progress))
-        report["ranker"]["device"] = str(model.device)
+        model = load_ranker(current_folder / "ranker", tagger=tagger)
+        fn = recall_candidates_fn(vocabulary)
+        if isinstance(model, CrossFitRanker):
+            # each fold model goes on learning without its own fold, new mentions included, so the
+            # GBM refitted over it still sees out-of-fold scores for every training mention
+            for m in train:
+                model.fold_of.setdefault(normalize(m.text), fold_of_text(m.text, model.folds))
+            share = budget_s / model.folds if budget_s else None
+            report["ranker"] = {"folds": [
+                _jsonable(train_ranker(sub, vocabulary,
+                                       [m for m in train if model.fold_of[normalize(m.text)] != k], fn,
+                                       epochs=1, time_budget_s=share, progress=progress))
+                for k, sub in enumerate(model.models)]}
+            report["ranker"]["device"] = str(model.models[0].device)
+        else:
+            report["ranker"] = _jsonable(train_ranker(model, vocabulary, train, fn, epochs=1,
+                                                      time_budget_s=budget_s, progress=progress))
+            report["ranker"]["device"] = str(model.device)
         parts["ranker"] = model
 
     def writer(folder: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from termnorm.engine import Engine, demo_mentions, demo_vocabulary, evaluate_engine
@@ -76,6 +77,45 @@ def test_neural_stages_feed_the_fusion(demo, tmp_path):
     eng.save(tmp_path / "neural")
     again = Engine.load(tmp_path / "neural")
     assert again.dense is not None and again.ranker is not None
+    t = [m.text for m in mentions[40:45]]
+    assert [s.chosen for s in eng.suggest_batch(t)] == [s.chosen for s in again.suggest_batch(t)]
+
+
+def test_cross_fitted_ranker_gives_training_mentions_out_of_fold_scores(demo, tmp_path):
+    """The GBM learns how far to trust "kar" from the training mentions' K-fold candidates: each is scored
+    by the fold model blind to it; new mentions by the mean; the pipeline folder keeps the folds."""
+    import torch
+
+    torch.set_num_threads(1)
+    from termnorm.encoder.tiny import make_tiny_encoder
+    from termnorm.rank.crossfit import CrossFitRanker, fold_of_text
+    from termnorm.rank.kar import RankerModel
+    from termnorm.text.normalize import normalize
+
+    vocab, mentions = demo
+    train = mentions[:30]
+    folder = make_tiny_encoder(tmp_path / "enc", vocab.names + [m.text for m in mentions])
+    tagger = Engine(vocab).tagger
+    models = [RankerModel.from_encoder(folder, tagger, seed=k, device="cpu") for k in (0, 1)]
+    fold_of = {normalize(m.text): fold_of_text(m.text, 2) for m in train}
+    eng = Engine(vocab, history=train, ranker=CrossFitRanker(models, fold_of))
+    items = [m for m in train if m.terms]
+    order, cand_lists, _ = eng.kfold_candidates(items, [i % 2 for i in range(len(items))])
+    for i, cl in zip(order, cand_lists):
+        text = items[i].text
+        k = fold_of[normalize(text)]
+        want = models[k].score([text], [[c.term for c in cl]])[0]
+        np.testing.assert_allclose([c.scores["kar"] for c in cl], want, rtol=1e-5)
+    new = mentions[45].text
+    assert normalize(new) not in fold_of
+    cl = eng.recall_batch([new])[0]
+    terms = [[c.term for c in cl]]
+    mean = (models[0].score([new], terms)[0] + models[1].score([new], terms)[0]) / 2
+    np.testing.assert_allclose([c.scores["kar"] for c in cl], mean, rtol=1e-5)
+    eng.fit_lexical(train)
+    assert "kar" in eng.meta["score_keys"]
+    again = Engine.load(eng.save(tmp_path / "crossfit"))
+    assert isinstance(again.ranker, CrossFitRanker) and again.ranker.fold_of == fold_of
     t = [m.text for m in mentions[40:45]]
     assert [s.chosen for s in eng.suggest_batch(t)] == [s.chosen for s in again.suggest_batch(t)]
 

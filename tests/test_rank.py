@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -349,3 +350,53 @@ def test_command_line_trains_saves_and_reports(enc1, tmp_path, capsys):
     loaded = RankerModel.load(out)  # the tagger was stored with the model
     assert loaded.keyword_attention and loaded.tagger is not None
     assert loaded.score(["右侧甲状腺肿瘤切除术"], [["甲状腺切除术"]])[0].shape == (1,)
+
+
+# ---------------------------------------------------------------------------
+# cross-fitting: out-of-fold probabilities for the GBM's own training mentions
+
+
+def test_command_line_cross_fits_and_scores_out_of_fold(enc1, tmp_path):
+    from termnorm.rank.crossfit import CrossFitRanker, fold_of_text, load_ranker
+    from termnorm.rank.train import main
+    from termnorm.text.normalize import normalize
+
+    names = [s + t for s in SITES for t in TYPES]
+    (tmp_path / "code.txt").write_text("".join(f"{i:02d}.{i}\t{n}\n" for i, n in enumerate(names)),
+                                       encoding="utf-8")
+    train = TRAIN[:40]
+    rows = ["原始词,标准词"] + [f"{m.text},{m.terms[0]}" for m in train]
+    (tmp_path / "train.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    out = tmp_path / "crossfit"
+    rc = main(["--vocab", str(tmp_path / "code.txt"), "--train", str(tmp_path / "train.csv"),
+               "--encoder", str(enc1), "--out", str(out), "--k", "5", "--epochs", "1", "--folds", "2",
+               "--lr", "1e-3", "--head-lr", "1e-2", "--train-embeddings", "--threads", "1", "--quiet"])
+    assert rc == 0 and (out / "folds.json").is_file()
+    ranker = load_ranker(out)
+    assert isinstance(ranker, CrossFitRanker) and ranker.folds == 2
+    fold = [fold_of_text(m.text, 2) for m in train]
+    assert 0 < sum(fold) < len(train)  # both folds hold mentions
+    for k in (0, 1):  # fold model k trained on the other fold only
+        report = json.loads((out / f"fold{k}" / "train_report.json").read_text(encoding="utf-8"))
+        assert report["train_mentions"] == sum(f != k for f in fold)
+    assert ranker.fold_of == {normalize(m.text): f for m, f in zip(train, fold)}
+
+    terms = [names[:6]] * 3
+    seen = [m.text for m, f in zip(train, fold) if f == 0][:2] + [m.text for m, f in zip(train, fold) if f == 1][:1]
+    got = ranker.score(seen, terms)
+    own = [ranker.models[0].score(seen[:2], terms[:2]), ranker.models[1].score(seen[2:], terms[2:])]
+    for a, b in zip(got, own[0] + own[1]):  # each training mention by the model blind to it
+        np.testing.assert_array_equal(a, b)
+    assert not np.allclose(ranker.models[0].score(seen[:1], terms[:1])[0],
+                           ranker.models[1].score(seen[:1], terms[:1])[0])  # two different models
+    new = "双侧胃巨大肿物修补术"
+    mean = (ranker.models[0].score([new], terms[:1])[0] + ranker.models[1].score([new], terms[:1])[0]) / 2
+    np.testing.assert_allclose(ranker.score([new], terms[:1])[0], mean, rtol=1e-6)
+    assert isinstance(load_ranker(out / "fold0"), RankerModel)  # a single model folder loads as one
+
+
+def test_unknown_encoder_spec_is_a_clear_error(tmp_path, capsys):
+    from termnorm.rank.train import main
+
+    rc = main(["--vocab", "x", "--train", "y", "--encoder", "bert-base-chinese", "--out", str(tmp_path / "r")])
+    assert rc == 2 and "never downloaded" in capsys.readouterr().err and not (tmp_path / "r").exists()

