@@ -400,3 +400,36 @@ def test_unknown_encoder_spec_is_a_clear_error(tmp_path, capsys):
 
     rc = main(["--vocab", "x", "--train", "y", "--encoder", "bert-base-chinese", "--out", str(tmp_path / "r")])
     assert rc == 2 and "never downloaded" in capsys.readouterr().err and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("cross_fitted", [False, True])
+def test_app_retraining_fine_tunes_the_ranker_it_finds(enc1, tmp_path, cross_fitted):
+    """retrain.retrain_neural (the Training page's neural step) goes on training the pipeline's ranker;
+    a cross-fitted one fold by fold, new mentions added to their folds."""
+    from termnorm.rank.crossfit import CrossFitRanker, fold_of_text, load_ranker
+    from termnorm.retrain import retrain_neural
+    from termnorm.text.normalize import normalize
+
+    vocab = Vocabulary(names=[s + t for s in SITES for t in TYPES])
+    old, new = TRAIN[:10], TRAIN[10:30]
+    if cross_fitted:
+        ranker = CrossFitRanker([RankerModel.from_encoder(enc1, TAGGER, seed=k) for k in (0, 1)],
+                                {normalize(m.text): fold_of_text(m.text, 2) for m in old})
+    else:
+        ranker = RankerModel.from_encoder(enc1, TAGGER)
+    ranker.save(tmp_path / "v1" / "ranker")
+    writer, report = retrain_neural(tmp_path / "v1", vocab, old + new, TAGGER)
+    writer(tmp_path / "v2")
+    before, after = load_ranker(tmp_path / "v1" / "ranker"), load_ranker(tmp_path / "v2" / "ranker")
+    assert type(after) is type(ranker)
+    probe = ([m.text for m in new[:3]], [vocab.names[:5]] * 3)
+    if cross_fitted:
+        assert after.fold_of == {normalize(m.text): fold_of_text(m.text, 2) for m in old + new}
+        assert len(report["ranker"]["folds"]) == 2
+        for k in (0, 1):
+            assert report["ranker"]["folds"][k]["steps"] > 0
+            assert not np.allclose(np.concatenate(before.models[k].score(*probe)),
+                                   np.concatenate(after.models[k].score(*probe)))
+    else:
+        assert report["ranker"]["steps"] > 0
+        assert not np.allclose(np.concatenate(before.score(*probe)), np.concatenate(after.score(*probe)))
