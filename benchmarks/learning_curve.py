@@ -294,7 +294,7 @@ def main(argv=None) -> int:
     write_json(out / "learning_curve.json", result)
     files = plot(result, out)
     print(json.dumps(summary, ensure_ascii=False, indent=1, default=float))
-    log(f"wrote {out / 'learning_curve.json'}, {', '.join(files)}")
+    log(f"plot written to {', '.join(files)}")
     return 0
 
 
