@@ -433,3 +433,24 @@ def test_app_retraining_fine_tunes_the_ranker_it_finds(enc1, tmp_path, cross_fit
     else:
         assert report["ranker"]["steps"] > 0
         assert not np.allclose(np.concatenate(before.score(*probe)), np.concatenate(after.score(*probe)))
+
+
+def test_folds_can_be_trained_side_by_side(enc1, tmp_path, capsys):
+    """--fold k trains one fold's model; the fold map appears only when the last fold is there."""
+    from termnorm.rank.crossfit import CrossFitRanker, load_ranker
+    from termnorm.rank.train import main
+
+    names = [s + t for s in SITES for t in TYPES]
+    (tmp_path / "code.txt").write_text("".join(f"{i:02d}.{i}\t{n}\n" for i, n in enumerate(names)),
+                                       encoding="utf-8")
+    rows = ["原始词,标准词"] + [f"{m.text},{m.terms[0]}" for m in TRAIN[:24]]
+    (tmp_path / "train.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    out = tmp_path / "cf"
+    args = ["--vocab", str(tmp_path / "code.txt"), "--train", str(tmp_path / "train.csv"), "--encoder", str(enc1),
+            "--out", str(out), "--k", "5", "--epochs", "1", "--folds", "2", "--threads", "1", "--quiet"]
+    assert main(args + ["--fold", "2"]) == 2 and "--fold must be in 0..1" in capsys.readouterr().err
+    assert main(args + ["--fold", "1"]) == 0
+    assert (out / "fold1" / "head.pt").is_file() and not (out / "fold0").exists()
+    assert not (out / "folds.json").exists() and "still to train" in capsys.readouterr().out
+    assert main(args + ["--fold", "0"]) == 0
+    assert isinstance(load_ranker(out), CrossFitRanker)

@@ -375,6 +375,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="K >= 2: cross-fit K rankers, each without one fold of the mentions, so a pipeline "
                          "fitted on the same mentions (termnorm train lexical --ranker) sees out-of-fold "
                          "scores; new mentions get the mean of the K (K trainings on (K-1)/K of the data)")
+    ap.add_argument("--fold", type=int,
+                    help="with --folds: train only this fold's model (run the folds side by side, one process "
+                         "per core or GPU; the last to finish writes the fold map)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quiet", action="store_true", help="no progress bars")
     args = ap.parse_args(argv)
@@ -428,10 +431,17 @@ def main(argv: list[str] | None = None) -> int:
     # cross-fitting (termnorm.rank.crossfit): ranker k never sees the mentions of fold k, so the GBM that
     # learns how far to trust the ranker sees out-of-fold probabilities for its training mentions
     fold_of = {normalize(m.text): fold_of_text(m.text, args.folds) for m in train}
-    for k in range(args.folds):
+    if args.fold is not None and not 0 <= args.fold < args.folds:
+        print(f"--fold must be in 0..{args.folds - 1}", file=sys.stderr)
+        return 2
+    for k in range(args.folds) if args.fold is None else [args.fold]:
         print(f"fold {k + 1}/{args.folds}: training without the {sum(v == k for v in fold_of.values())} "
               "mentions of this fold", flush=True)
         train_one([m for m in train if fold_of[normalize(m.text)] != k], out / f"fold{k}")
+    missing = [k for k in range(args.folds) if not (out / f"fold{k}" / "head.pt").is_file()]
+    if missing:  # --fold: the run that finishes the last fold writes the fold map
+        print(f"fold model(s) {missing} still to train (--fold); {out} is not usable until they are")
+        return 0
     write_fold_map(out, args.folds, fold_of)
     print(f"cross-fitted ranker ({args.folds} folds) written to {out}")
     return 0
