@@ -324,18 +324,23 @@ def test_training_with_fgm_runs(enc1):
 # the command line
 
 
+def _write_toy_files(folder, train, val=()):
+    """The toy vocabulary as code.txt and labelled mentions as train.csv (and val.csv) in ``folder``."""
+    names = [s + t for s in SITES for t in TYPES]
+    (folder / "code.txt").write_text("".join(f"{i:02d}.{i}\t{n}\n" for i, n in enumerate(names)), encoding="utf-8")
+    for name, mentions in (("train.csv", train), ("val.csv", val)):
+        if mentions:
+            rows = ["原始词,标准词"] + [f"{m.text},{m.terms[0]}" for m in mentions]
+            (folder / name).write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return names
+
+
 def test_command_line_trains_saves_and_reports(enc1, tmp_path, capsys):
     import json
 
     from termnorm.rank.train import main
 
-    names = [s + t for s in SITES for t in TYPES]
-    (tmp_path / "code.txt").write_text("".join(f"{i:02d}.{i}\t{n}\n" for i, n in enumerate(names)),
-                                       encoding="utf-8")
-    rows = ["原始词,标准词"] + [f"{m.text},{m.terms[0]}" for m in TRAIN[:30]]
-    (tmp_path / "train.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
-    rows = ["原始词,标准词"] + [f"{m.text},{m.terms[0]}" for m in TEST[:8]]
-    (tmp_path / "val.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    _write_toy_files(tmp_path, TRAIN[:30], TEST[:8])
     out = tmp_path / "ranker"
     rc = main(["--vocab", str(tmp_path / "code.txt"), "--train", str(tmp_path / "train.csv"),
                "--val", str(tmp_path / "val.csv"), "--encoder", str(enc1), "--out", str(out),
@@ -361,12 +366,8 @@ def test_command_line_cross_fits_and_scores_out_of_fold(enc1, tmp_path):
     from termnorm.rank.train import main
     from termnorm.text.normalize import normalize
 
-    names = [s + t for s in SITES for t in TYPES]
-    (tmp_path / "code.txt").write_text("".join(f"{i:02d}.{i}\t{n}\n" for i, n in enumerate(names)),
-                                       encoding="utf-8")
     train = TRAIN[:40]
-    rows = ["原始词,标准词"] + [f"{m.text},{m.terms[0]}" for m in train]
-    (tmp_path / "train.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    names = _write_toy_files(tmp_path, train)
     out = tmp_path / "crossfit"
     rc = main(["--vocab", str(tmp_path / "code.txt"), "--train", str(tmp_path / "train.csv"),
                "--encoder", str(enc1), "--out", str(out), "--k", "5", "--epochs", "1", "--folds", "2",
@@ -440,11 +441,7 @@ def test_folds_can_be_trained_side_by_side(enc1, tmp_path, capsys):
     from termnorm.rank.crossfit import CrossFitRanker, load_ranker
     from termnorm.rank.train import main
 
-    names = [s + t for s in SITES for t in TYPES]
-    (tmp_path / "code.txt").write_text("".join(f"{i:02d}.{i}\t{n}\n" for i, n in enumerate(names)),
-                                       encoding="utf-8")
-    rows = ["原始词,标准词"] + [f"{m.text},{m.terms[0]}" for m in TRAIN[:24]]
-    (tmp_path / "train.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    _write_toy_files(tmp_path, TRAIN[:24])
     out = tmp_path / "cf"
     args = ["--vocab", str(tmp_path / "code.txt"), "--train", str(tmp_path / "train.csv"), "--encoder", str(enc1),
             "--out", str(out), "--k", "5", "--epochs", "1", "--folds", "2", "--threads", "1", "--quiet"]
