@@ -443,9 +443,12 @@ def test_folds_can_be_trained_side_by_side(enc1, tmp_path, capsys):
 
     _write_toy_files(tmp_path, TRAIN[:24])
     out = tmp_path / "cf"
-    args = ["--vocab", str(tmp_path / "code.txt"), "--train", str(tmp_path / "train.csv"), "--encoder", str(enc1),
-            "--out", str(out), "--k", "5", "--epochs", "1", "--folds", "2", "--threads", "1", "--quiet"]
-    assert main(args + ["--fold", "2"]) == 2 and "--fold must be in 0..1" in capsys.readouterr().err
+    common = ["--vocab", str(tmp_path / "code.txt"), "--train", str(tmp_path / "train.csv"), "--encoder", str(enc1),
+              "--out", str(out), "--k", "5", "--epochs", "1", "--threads", "1", "--quiet"]
+    assert main(common + ["--folds", "1", "--fold", "0"]) == 2
+    assert "--fold needs --folds K >= 2" in capsys.readouterr().err
+    args = common + ["--folds", "2"]
+    assert main(args + ["--fold", "2"]) == 2 and "must be in 0..K-1" in capsys.readouterr().err
     assert main(args + ["--fold", "1"]) == 0
     assert (out / "fold1" / "head.pt").is_file() and not (out / "fold0").exists()
     assert not (out / "folds.json").exists() and "still to train" in capsys.readouterr().out

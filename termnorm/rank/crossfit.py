@@ -107,10 +107,17 @@ class CrossFitRanker:
         return cls(models, {str(t): int(k) for t, k in state["fold_of"].items()})
 
 
+def missing_folds(folder, folds: int) -> list[int]:
+    """The folds whose model is not (completely) saved in ``folder`` yet (its head is written last)."""
+    from termnorm.rank.kar import _HEAD_FILE
+
+    return [k for k in range(folds) if not (Path(folder) / f"fold{k}" / _HEAD_FILE).is_file()]
+
+
 def write_fold_map(folder, folds: int, fold_of: dict[str, int]) -> Path:
     """Write ``folds.json`` beside the fold models ``fold0/`` ... (already saved there)."""
     folder = Path(folder)
-    missing = [k for k in range(folds) if not (folder / f"fold{k}").is_dir()]
+    missing = missing_folds(folder, folds)
     if missing:
         raise FileNotFoundError(f"{folder}: fold model(s) {missing} missing")
     (folder / FOLDS_FILE).write_text(json.dumps({"format": FORMAT, "folds": folds, "fold_of": fold_of},

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from termnorm.rank.crossfit import fold_of_text, write_fold_map
+from termnorm.rank.crossfit import fold_of_text, missing_folds, write_fold_map
 from termnorm.rank.fgm import FGM
 from termnorm.rank.kar import RankerModel, _autocast
 from termnorm.records import LabelledMention
@@ -382,6 +382,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quiet", action="store_true", help="no progress bars")
     args = ap.parse_args(argv)
 
+    if args.fold is not None and (args.folds < 2 or not 0 <= args.fold < args.folds):
+        print(f"--fold needs --folds K >= 2 and must be in 0..K-1 (got --fold {args.fold} --folds {args.folds})",
+              file=sys.stderr)
+        return 2
     from termnorm.encoder.provider import EncoderNotFoundError, resolve_encoder
     from termnorm.io import load_labelled, load_vocabulary
 
@@ -402,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     fn = (tfidf_candidates_fn(vocab, args.k) if args.candidates == "tfidf"
           else recall_candidates_fn(vocab, k=args.k))
 
-    def train_one(mentions, out: Path) -> tuple:
+    def train_one(mentions, out: Path) -> None:
         model = RankerModel.from_encoder(encoder_dir, tagger, slots=tuple(args.slots.split(",")),
                                          keyword_attention=kw_att, max_length=args.max_length,
                                          num_layers=args.layers, seed=args.seed)
@@ -422,7 +426,6 @@ def main(argv: list[str] | None = None) -> int:
         (out / "train_report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
         print(json.dumps({k: v for k, v in report.items() if k != "history"}, indent=2, ensure_ascii=False))
         print("val top-1 per epoch:", hist["val_top1"], "loss per epoch:", hist["loss"])
-        return model, report
 
     out = Path(args.out)
     if args.folds < 2:
@@ -431,14 +434,11 @@ def main(argv: list[str] | None = None) -> int:
     # cross-fitting (termnorm.rank.crossfit): ranker k never sees the mentions of fold k, so the GBM that
     # learns how far to trust the ranker sees out-of-fold probabilities for its training mentions
     fold_of = {normalize(m.text): fold_of_text(m.text, args.folds) for m in train}
-    if args.fold is not None and not 0 <= args.fold < args.folds:
-        print(f"--fold must be in 0..{args.folds - 1}", file=sys.stderr)
-        return 2
     for k in range(args.folds) if args.fold is None else [args.fold]:
         print(f"fold {k + 1}/{args.folds}: training without the {sum(v == k for v in fold_of.values())} "
               "mentions of this fold", flush=True)
         train_one([m for m in train if fold_of[normalize(m.text)] != k], out / f"fold{k}")
-    missing = [k for k in range(args.folds) if not (out / f"fold{k}" / "head.pt").is_file()]
+    missing = missing_folds(out, args.folds)
     if missing:  # --fold: the run that finishes the last fold writes the fold map
         print(f"fold model(s) {missing} still to train (--fold); {out} is not usable until they are")
         return 0
