@@ -435,7 +435,7 @@ def retrain_neural(current_folder: Path, vocabulary, train: list[LabelledMention
         parts["dense"] = enc
     if (current_folder / "ranker").is_dir():
         from termnorm.rank import train_ranker
-        from termnorm.rank.crossfit import CrossFitRanker, fold_of_text, load_ranker
+        from termnorm.rank.crossfit import CrossFitRanker, fold_of_text, load_ranker, outside_fold
         from termnorm.rank.train import recall_candidates_fn
 
         model = load_ranker(current_folder / "ranker", tagger=tagger)
@@ -447,8 +447,7 @@ def retrain_neural(current_folder: Path, vocabulary, train: list[LabelledMention
                 model.fold_of.setdefault(normalize(m.text), fold_of_text(m.text, model.folds))
             share = budget_s / model.folds if budget_s else None
             report["ranker"] = {"folds": [
-                _jsonable(train_ranker(sub, vocabulary,
-                                       [m for m in train if model.fold_of[normalize(m.text)] != k], fn,
+                _jsonable(train_ranker(sub, vocabulary, outside_fold(train, model.fold_of, k), fn,
                                        epochs=1, time_budget_s=share, progress=progress))
                 for k, sub in enumerate(model.models)]}
             report["ranker"]["device"] = str(model.models[0].device)

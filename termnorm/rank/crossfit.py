@@ -44,6 +44,11 @@ def fold_of_text(text: str, folds: int) -> int:
     return int.from_bytes(digest[:4], "big") % folds
 
 
+def outside_fold(mentions, fold_of: dict[str, int], k: int) -> list:
+    """The mentions fold model ``k`` trains on: those whose (normalized) text is not in fold ``k``."""
+    return [m for m in mentions if fold_of[normalize(m.text)] != k]
+
+
 class CrossFitRanker:
     """K rankers, each blind to one fold; scores like :meth:`RankerModel.score`.
 
@@ -63,10 +68,6 @@ class CrossFitRanker:
     @property
     def folds(self) -> int:
         return len(self.models)
-
-    @property
-    def tagger(self):
-        return self.models[0].tagger
 
     def score(self, mentions: Sequence[str], candidate_lists: Sequence[Sequence[str]],
               batch_size: int = 64) -> list[np.ndarray]:

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from termnorm.rank.crossfit import fold_of_text, missing_folds, write_fold_map
+from termnorm.rank.crossfit import fold_of_text, missing_folds, outside_fold, write_fold_map
 from termnorm.rank.fgm import FGM
 from termnorm.rank.kar import RankerModel, _autocast
 from termnorm.records import LabelledMention
@@ -437,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     for k in range(args.folds) if args.fold is None else [args.fold]:
         print(f"fold {k + 1}/{args.folds}: training without the {sum(v == k for v in fold_of.values())} "
               "mentions of this fold", flush=True)
-        train_one([m for m in train if fold_of[normalize(m.text)] != k], out / f"fold{k}")
+        train_one(outside_fold(train, fold_of, k), out / f"fold{k}")
     missing = missing_folds(out, args.folds)
     if missing:  # --fold: the run that finishes the last fold writes the fold map
         print(f"fold model(s) {missing} still to train (--fold); {out} is not usable until they are")
