@@ -124,7 +124,7 @@ class Engine:
         path.parent.mkdir(parents=True, exist_ok=True)
         joblib.dump({"format": "termnorm-ranker/1", "pair_model": r.pair_model, "count_model": r.count_model,
                      "score_keys": r.featurizer.score_keys, "theta": r.theta, "rule": r.rule,
-                     "confidence_model": self.confidence_model, "diff_scorer": self.diff_scorer,
+                     "bag": getattr(r, "bag", 1), "confidence_model": self.confidence_model, "diff_scorer": self.diff_scorer,
                      "trained_on": self.meta.get("trained_on", ""),
                      "model_version": self.model_version}, path, compress=3)
         return path
@@ -147,7 +147,8 @@ class Engine:
         except Exception as e:  # an old pickle must never stop the app
             warnings.warn(f"{path}: pretrained ranker not loaded ({e}); using recall order")
             return False
-        r = LexicalRanker(PairFeaturizer(state["score_keys"], tagger=self.tagger), theta=state["theta"])
+        r = LexicalRanker(PairFeaturizer(state["score_keys"], tagger=self.tagger), theta=state["theta"],
+                          bag=state.get("bag", 1))
         r.pair_model, r.count_model, r.rule = state["pair_model"], state["count_model"], tuple(state["rule"])
         self.lexranker, self.confidence_model = r, state["confidence_model"]
         self.diff_scorer = state.get("diff_scorer")
@@ -211,7 +212,7 @@ class Engine:
     # ---- lexical ranking ----------------------------------------------------
     def fit_lexical(self, train: list[LabelledMention], folds: int = 4, progress: bool = False,
                     seed: int = 0, with_history: bool = True, rule_metric: str = "accuracy",
-                    keyword_features: bool = True, surface_diff: bool = True) -> dict:
+                    keyword_features: bool = True, surface_diff: bool = True, bag: int = 1) -> dict:
         """Fit the GBM ranker + count classifier on K-fold recall candidates (see termnorm.lexrank).
 
         ``with_history=False`` fits a cold-start ranker that never sees history recall or sieve
@@ -220,6 +221,7 @@ class Engine:
         exact-set ``"accuracy"`` or pair ``"micro_f1"`` (the CHIP-CDN metric).
         ``keyword_features=False`` leaves out the keyword match features (an ablation).
         ``surface_diff=False`` fits no surface-difference scorer (termnorm.rank.surface; an ablation).
+        ``bag`` > 1 makes the pair scorer a soft vote of that many GBMs (termnorm.lexrank.LexicalRanker).
         """
         from termnorm.lexrank import RULE_METRICS, PairFeaturizer
 
@@ -238,7 +240,7 @@ class Engine:
         feat = PairFeaturizer(keys, tagger=self.tagger, keywords=keyword_features)
         t0 = time.perf_counter()
         with threadpool_limits(limits=_fit_threads(), user_api="openmp"):
-            self._fit_ranker(feat, mentions, cand_lists, golds, n_parts, hcounts, rng, seed, rule_metric)
+            self._fit_ranker(feat, mentions, cand_lists, golds, n_parts, hcounts, rng, seed, rule_metric, bag)
         self.model_version = "lexical-gbm-" + _hash_mentions(train)[:8]
         self.meta.update(train_size=len(train), train_sha256=_hash_mentions(train), score_keys=keys,
                          fit_seconds=round(time.perf_counter() - t0, 2))
@@ -307,24 +309,25 @@ class Engine:
         return order, cand_lists, hcounts
 
     def _fit_ranker(self, feat, mentions, cand_lists, golds, n_parts, hcounts, rng, seed,
-                    rule_metric: str = "accuracy") -> None:
+                    rule_metric: str = "accuracy", bag: int = 1) -> None:
         """Choose the output rule and calibrate the confidence on 20% of the mentions held out from a
         first fit (in-sample probabilities would make both optimistic), then fit on everything."""
         from termnorm.lexrank import LexicalRanker, select_rule
 
         held = rng.random(len(mentions)) < 0.2
         sel = lambda xs, keep: [x for x, h in zip(xs, held) if h == keep]  # noqa: E731
-        probe = LexicalRanker(feat, seed=seed).fit(*(sel(a, False) for a in (mentions, cand_lists, golds, n_parts,
-                                                                           hcounts)))
+        probe = LexicalRanker(feat, seed=seed, bag=bag).fit(
+            *(sel(a, False) for a in (mentions, cand_lists, golds, n_parts, hcounts)))
         hp = probe.score(sel(mentions, True), sel(cand_lists, True), sel(n_parts, True))
         hc = probe.count_probs(sel(mentions, True), hp, sel(n_parts, True), sel(hcounts, True))
         rule, rule_scores = select_rule(sel(cand_lists, True), hp, hc, sel(golds, True), metric=rule_metric)
         probe.rule = rule
         self.lexranker = probe
         self._fit_confidence(*(sel(a, True) for a in (mentions, cand_lists, golds, n_parts, hcounts)))
-        self.lexranker = LexicalRanker(feat, seed=seed).fit(mentions, cand_lists, golds, n_parts, hcounts)
+        self.lexranker = LexicalRanker(feat, seed=seed, bag=bag).fit(mentions, cand_lists, golds, n_parts, hcounts)
         self.lexranker.rule = rule
-        self.meta.update(output_rule=list(rule), output_rule_metric=rule_metric, output_rule_heldout=rule_scores)
+        self.meta.update(ranker_bag=bag, output_rule=list(rule), output_rule_metric=rule_metric,
+                         output_rule_heldout=rule_scores)
 
     def _fit_confidence(self, mentions, cand_lists, golds, n_parts, hcounts) -> None:
         """Platt-style calibration of P(whole answer right) on held-out predictions."""

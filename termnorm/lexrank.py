@@ -162,11 +162,14 @@ def count_features(mention: str, probs: np.ndarray, n_parts: int, history_count:
 class LexicalRanker:
     """GBM pair scorer + GBM count classifier + approach A's output rule."""
 
-    def __init__(self, featurizer: PairFeaturizer, theta: float = THETA, seed: int = 0):
+    def __init__(self, featurizer: PairFeaturizer, theta: float = THETA, seed: int = 0, bag: int = 1):
+        if bag < 1:
+            raise ValueError(f"bag must be at least 1, not {bag}")
         self.featurizer = featurizer
         self.theta = theta
         self.rule = ("count", theta)
         self.seed = seed
+        self.bag = bag
         self.pair_model = None
         self.count_model = None
 
@@ -195,8 +198,7 @@ class LexicalRanker:
             ws.append(np.ones(len(cands)) if weights is None else np.asarray(weights[i], dtype=np.float64))
         X, y, w = np.vstack(Xs), np.concatenate(ys), np.concatenate(ws)
         keep = w > 0
-        self.pair_model = HistGradientBoostingClassifier(max_iter=300, learning_rate=0.08, max_leaf_nodes=31,
-                                                         l2_regularization=1.0, random_state=self.seed)
+        self.pair_model = self._pair_estimator()
         self.pair_model.fit(X[keep], y[keep], sample_weight=None if weights is None else w[keep])
         if count_mask is not None:
             sel = [i for i, ok in enumerate(count_mask) if ok]
@@ -209,6 +211,20 @@ class LexicalRanker:
         self.count_model = HistGradientBoostingClassifier(max_iter=150, learning_rate=0.08, random_state=self.seed)
         self.count_model.fit(CX, cy)
         return self
+
+    def _pair_estimator(self):
+        """The pair scorer: one GBM, or with ``bag`` > 1 a soft vote of ``bag`` GBMs that differ only in
+        their random state (early stopping's validation split), their probabilities averaged: a single
+        GBM's accuracy moves with that state, the vote less (``benchmarks/seeds.py`` measures both)."""
+        from sklearn.ensemble import HistGradientBoostingClassifier, VotingClassifier
+
+        def gbm(state):
+            return HistGradientBoostingClassifier(max_iter=300, learning_rate=0.08, max_leaf_nodes=31,
+                                                  l2_regularization=1.0, random_state=state)
+
+        if self.bag == 1:
+            return gbm(self.seed)
+        return VotingClassifier([(f"gbm{k}", gbm(self.seed + 1000 * k)) for k in range(self.bag)], voting="soft")
 
     # -- inference ----------------------------------------------------------
     def score(self, mentions, cand_lists, n_parts) -> list[np.ndarray]:

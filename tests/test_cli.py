@@ -78,10 +78,15 @@ def test_train_lexical_save_and_evaluate_with_model(demo_split, tmp_path):
     e = json.loads((tmp_path / "e.json").read_text(encoding="utf-8"))
     assert e["n"] == n_test and 1 < e["mean_candidates"] <= 6  # the saved pipeline keeps its candidate budget
     run("train", "lexical", "--vocab", str(DEMO / "procedures.csv"), "--train", str(d / "train.csv"),
-        "--out", str(tmp_path / "m2"), "--no-surface-diff")
+        "--out", str(tmp_path / "m2"), "--no-surface-diff", "--bag", "2", "--seed", "5")
     cfg = json.loads((tmp_path / "m2" / "config.json").read_text(encoding="utf-8"))
     assert cfg["surface_diff"] is False and "surface-diff" not in cfg["stages"]
     assert "diff" not in cfg["score_keys"]
+    assert cfg["ranker_bag"] == 2
+    p = run("train", "lexical", "--vocab", str(DEMO / "procedures.csv"), "--train", str(d / "train.csv"),
+            "--out", str(tmp_path / "m3"), "--bag", "0", check=False)
+    assert p.returncode == 2 and "--bag: must be at least 1, got 0" in p.stderr
+    assert not (tmp_path / "m3").exists()
 
 
 def test_malformed_vocabulary_names_file_and_row(tmp_path):

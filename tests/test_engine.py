@@ -151,3 +151,30 @@ def test_rule_metric_and_keyword_ablation_are_recorded(demo):
     assert not feats[:, -9:].any()  # the keyword match / mismatch columns stay empty
     with pytest.raises(ValueError, match="rule metric"):
         eng.fit_lexical(mentions[:60], rule_metric="f2")
+
+
+def test_bagged_ranker_averages_its_gbms_and_survives_save_load(demo, tmp_path):
+    from termnorm.lexrank import LexicalRanker
+
+    vocab, mentions = demo
+    eng = Engine(vocab, history=mentions[:60])
+    eng.fit_lexical(mentions[:60], bag=3)
+    r = eng.lexranker
+    members = r.pair_model.estimators_
+    assert eng.meta["ranker_bag"] == 3 and len(members) == 3
+    assert len({m.random_state for m in members}) == 3  # they differ in their random state only
+    texts = [m.text for m in mentions[60:80]]
+    cand_lists = eng.recall_batch(texts)
+    n_parts = [eng._n_parts(t) for t in texts]
+    got = np.concatenate(r.score(texts, cand_lists, n_parts))
+    X = np.vstack([r.featurizer.transform(t, c, p) for t, c, p in zip(texts, cand_lists, n_parts) if c])
+    want = np.mean([m.predict_proba(X)[:, 1] for m in members], axis=0)
+    assert np.allclose(got, want)
+    eng.save(tmp_path / "m")
+    again = Engine.load(tmp_path / "m")
+    assert [s.chosen for s in again.suggest_batch(texts)] == [s.chosen for s in eng.suggest_batch(texts)]
+    eng.export_ranker(tmp_path / "r.joblib")
+    cold = Engine(vocab)
+    assert cold.use_pretrained_ranker(tmp_path / "r.joblib") and cold.lexranker.bag == 3
+    with pytest.raises(ValueError, match="bag must be at least 1"):
+        LexicalRanker(r.featurizer, bag=0)
