@@ -29,8 +29,8 @@ def _add_data_args(p, need_train=False):
     p.add_argument("--no-surface-diff", action="store_true",
                    help="fit the ranker without the learned surface-difference scorer (score 'diff'; an ablation)")
     p.add_argument("--bag", type=_positive_int, default=1,
-                   help="fit the ranker's pair scorer as a soft vote of N GBMs that differ in their random state "
-                        "(steadier accuracy, N times the GBM fit and scoring time; benchmarks/seeds.py)")
+                   help="fit N rankers on different K-fold splits of the history and average them (steadier "
+                        "accuracy across seeds; N times the fit time; benchmarks/seeds.py)")
     p.add_argument("--seed", type=int, default=0,
                    help="random seed of the ranker fit (history folds, held-out split, GBM state)")
 

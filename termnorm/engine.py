@@ -124,7 +124,8 @@ class Engine:
         path.parent.mkdir(parents=True, exist_ok=True)
         joblib.dump({"format": "termnorm-ranker/1", "pair_model": r.pair_model, "count_model": r.count_model,
                      "score_keys": r.featurizer.score_keys, "theta": r.theta, "rule": r.rule,
-                     "bag": getattr(r, "bag", 1), "confidence_model": self.confidence_model, "diff_scorer": self.diff_scorer,
+                     "bag": getattr(r, "bag", 1), "confidence_model": self.confidence_model,
+                     "diff_scorer": self.diff_scorer,
                      "trained_on": self.meta.get("trained_on", ""),
                      "model_version": self.model_version}, path, compress=3)
         return path
@@ -147,9 +148,9 @@ class Engine:
         except Exception as e:  # an old pickle must never stop the app
             warnings.warn(f"{path}: pretrained ranker not loaded ({e}); using recall order")
             return False
-        r = LexicalRanker(PairFeaturizer(state["score_keys"], tagger=self.tagger), theta=state["theta"],
-                          bag=state.get("bag", 1))
+        r = LexicalRanker(PairFeaturizer(state["score_keys"], tagger=self.tagger), theta=state["theta"])
         r.pair_model, r.count_model, r.rule = state["pair_model"], state["count_model"], tuple(state["rule"])
+        r.bag = state.get("bag", 1)
         self.lexranker, self.confidence_model = r, state["confidence_model"]
         self.diff_scorer = state.get("diff_scorer")
         if self.diff_scorer is not None:
@@ -221,29 +222,50 @@ class Engine:
         exact-set ``"accuracy"`` or pair ``"micro_f1"`` (the CHIP-CDN metric).
         ``keyword_features=False`` leaves out the keyword match features (an ablation).
         ``surface_diff=False`` fits no surface-difference scorer (termnorm.rank.surface; an ablation).
-        ``bag`` > 1 makes the pair scorer a soft vote of that many GBMs (termnorm.lexrank.LexicalRanker).
+        ``bag`` > 1 fits that many rankers on different K-fold splits of the history (seeds ``seed``,
+        ``seed`` + 1, ...) and averages their probabilities (termnorm.lexrank.LexicalRanker.bagged): a
+        single ranker's accuracy depends on which coded mentions each training mention could find, the
+        mean less so. The first member chooses the output rule and calibrates the confidence; the
+        surface-difference scorer of the first split serves at inference. ``bag`` times the fit time.
         """
-        from termnorm.lexrank import RULE_METRICS, PairFeaturizer
+        from termnorm.lexrank import RULE_METRICS, LexicalRanker, PairFeaturizer
 
         if rule_metric not in RULE_METRICS:
             raise ValueError(f"rule metric must be one of {RULE_METRICS}, not {rule_metric!r}")
+        if bag < 1:
+            raise ValueError(f"bag must be at least 1, not {bag}")
         train = [m for m in train if m.terms]
-        rng = np.random.default_rng(seed)
-        fold_of = rng.integers(0, folds, len(train))
-        order, cand_lists, hcounts = self.kfold_candidates(train, fold_of, with_history, progress)
-        mentions = [train[i].text for i in order]
-        golds = [train[i].terms for i in order]
-        self.fit_surface(mentions, cand_lists, golds, enabled=surface_diff, progress=progress,
-                         keywords=keyword_features)
-        n_parts = [self._n_parts(m) for m in mentions]
-        keys = sorted({k for cl in cand_lists for c in cl for k in c.scores})
+        splits, scorer, surface_s = [], None, 0.0
+        for r in range(bag):
+            rng = np.random.default_rng(seed + r)
+            fold_of = rng.integers(0, folds, len(train))
+            order, cand_lists, hcounts = self.kfold_candidates(train, fold_of, with_history, progress)
+            mentions = [train[i].text for i in order]
+            golds = [train[i].terms for i in order]
+            self.fit_surface(mentions, cand_lists, golds, enabled=surface_diff, progress=progress,
+                             keywords=keyword_features)
+            scorer = scorer if r else self.diff_scorer
+            surface_s += self.meta.get("surface_diff_seconds", 0.0)
+            splits.append((mentions, cand_lists, golds, [self._n_parts(m) for m in mentions], hcounts, rng))
+        self.diff_scorer = scorer
+        if surface_diff:
+            self.meta["surface_diff_seconds"] = round(surface_s, 2)
+        keys = sorted({k for sp in splits for cl in sp[1] for c in cl for k in c.scores})
         feat = PairFeaturizer(keys, tagger=self.tagger, keywords=keyword_features)
         t0 = time.perf_counter()
         with threadpool_limits(limits=_fit_threads(), user_api="openmp"):
-            self._fit_ranker(feat, mentions, cand_lists, golds, n_parts, hcounts, rng, seed, rule_metric, bag)
+            self._fit_ranker(feat, *splits[0][:6], seed, rule_metric)
+            if bag > 1:
+                it = splits[1:]
+                if progress:
+                    from tqdm import tqdm
+                    it = tqdm(it, desc="bagged rankers")
+                members = [self.lexranker] + [LexicalRanker(feat, seed=seed + r).fit(*sp[:5])
+                                              for r, sp in enumerate(it, start=1)]
+                self.lexranker = LexicalRanker.bagged(members)
         self.model_version = "lexical-gbm-" + _hash_mentions(train)[:8]
         self.meta.update(train_size=len(train), train_sha256=_hash_mentions(train), score_keys=keys,
-                         fit_seconds=round(time.perf_counter() - t0, 2))
+                         ranker_bag=bag, fit_seconds=round(time.perf_counter() - t0, 2))
         return self.meta
 
     def fit_surface(self, mentions, cand_lists, golds, enabled: bool = True, progress: bool = False,
@@ -309,14 +331,14 @@ class Engine:
         return order, cand_lists, hcounts
 
     def _fit_ranker(self, feat, mentions, cand_lists, golds, n_parts, hcounts, rng, seed,
-                    rule_metric: str = "accuracy", bag: int = 1) -> None:
+                    rule_metric: str = "accuracy") -> None:
         """Choose the output rule and calibrate the confidence on 20% of the mentions held out from a
         first fit (in-sample probabilities would make both optimistic), then fit on everything."""
         from termnorm.lexrank import LexicalRanker, select_rule
 
         held = rng.random(len(mentions)) < 0.2
         sel = lambda xs, keep: [x for x, h in zip(xs, held) if h == keep]  # noqa: E731
-        probe = LexicalRanker(feat, seed=seed, bag=bag).fit(
+        probe = LexicalRanker(feat, seed=seed).fit(
             *(sel(a, False) for a in (mentions, cand_lists, golds, n_parts, hcounts)))
         hp = probe.score(sel(mentions, True), sel(cand_lists, True), sel(n_parts, True))
         hc = probe.count_probs(sel(mentions, True), hp, sel(n_parts, True), sel(hcounts, True))
@@ -324,10 +346,9 @@ class Engine:
         probe.rule = rule
         self.lexranker = probe
         self._fit_confidence(*(sel(a, True) for a in (mentions, cand_lists, golds, n_parts, hcounts)))
-        self.lexranker = LexicalRanker(feat, seed=seed, bag=bag).fit(mentions, cand_lists, golds, n_parts, hcounts)
+        self.lexranker = LexicalRanker(feat, seed=seed).fit(mentions, cand_lists, golds, n_parts, hcounts)
         self.lexranker.rule = rule
-        self.meta.update(ranker_bag=bag, output_rule=list(rule), output_rule_metric=rule_metric,
-                         output_rule_heldout=rule_scores)
+        self.meta.update(output_rule=list(rule), output_rule_metric=rule_metric, output_rule_heldout=rule_scores)
 
     def _fit_confidence(self, mentions, cand_lists, golds, n_parts, hcounts) -> None:
         """Platt-style calibration of P(whole answer right) on held-out predictions."""

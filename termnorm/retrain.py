@@ -288,7 +288,7 @@ def fit_with_pairs(engine, train: list[LabelledMention], confirmed_negatives: di
     contribute those rows); ``current``: the engine being replaced, whose
     scores mine hard negatives and set approach D's beta; ``heldout_texts``: normalized texts of
     mentions the current model was not trained on (default: those not in its history) -- beta is
-    calibrated on them. The pair scorer keeps the current ranker's ``bag`` (termnorm.lexrank).
+    calibrated on them. One ranker is fitted (no ``bag``: termnorm train lexical --bag is a CLI fit).
     """
     from termnorm.engine import _hash_mentions
     from termnorm.lexrank import LexicalRanker, PairFeaturizer
@@ -361,10 +361,9 @@ def fit_with_pairs(engine, train: list[LabelledMention], confirmed_negatives: di
     feat = PairFeaturizer(keys, tagger=engine.tagger)
     count_mask = [bool(g) for g in golds]
     metric = engine.meta.get("output_rule_metric", "accuracy")
-    bag = int(getattr(current, "meta", {}).get("ranker_bag", 1)) if current is not None else 1
     rule, rule_scores = _select_output_rule(feat, texts, cand_lists, golds, n_parts, hcounts, weights, count_mask,
-                                            seed, metric=metric, bag=bag)
-    engine.lexranker = LexicalRanker(feat, seed=seed, bag=bag).fit(texts, cand_lists, golds, n_parts, hcounts,
+                                            seed, metric=metric)
+    engine.lexranker = LexicalRanker(feat, seed=seed).fit(texts, cand_lists, golds, n_parts, hcounts,
                                                           weights=weights, count_mask=count_mask)
     if rule is not None:
         engine.lexranker.rule = rule
@@ -377,14 +376,14 @@ def fit_with_pairs(engine, train: list[LabelledMention], confirmed_negatives: di
     report = dict(counts, beta=beta if np.isfinite(beta) else None, alpha=alpha, top_k=top_k,
                   efn_heldout_mentions=n_held, recall_seconds=round(t_recall, 2),
                   fit_seconds=round(time.perf_counter() - t1, 2))
-    engine.meta.update(train_size=len(pos), train_sha256=_hash_mentions(pos), score_keys=keys, ranker_bag=bag,
+    engine.meta.update(train_size=len(pos), train_sha256=_hash_mentions(pos), score_keys=keys, ranker_bag=1,
                        fit_seconds=report["fit_seconds"], learning_loop=report)
     say(1.0, "fitted")
     return report
 
 
 def _select_output_rule(feat, texts, cand_lists, golds, n_parts, hcounts, weights, count_mask, seed: int,
-                        held_share: float = 0.2, metric: str = "accuracy", bag: int = 1):
+                        held_share: float = 0.2, metric: str = "accuracy"):
     """The output rule (termnorm.lexrank.select_rule) chosen as Engine.fit_lexical does: a probe ranker
     fitted on 80% of the mentions, the rule with the best ``metric`` on the other 20%.
     (None, {}) when this lexrank has no rule selection."""
@@ -402,9 +401,8 @@ def _select_output_rule(feat, texts, cand_lists, golds, n_parts, hcounts, weight
     def pick(xs, idx):
         return [xs[i] for i in idx]
 
-    probe = LexicalRanker(feat, seed=seed, bag=bag).fit(
-        *(pick(a, fit_i) for a in (texts, cand_lists, golds, n_parts, hcounts)),
-        weights=pick(weights, fit_i), count_mask=pick(count_mask, fit_i))
+    probe = LexicalRanker(feat, seed=seed).fit(*(pick(a, fit_i) for a in (texts, cand_lists, golds, n_parts, hcounts)),
+                                               weights=pick(weights, fit_i), count_mask=pick(count_mask, fit_i))
     hp = probe.score(pick(texts, out_i), pick(cand_lists, out_i), pick(n_parts, out_i))
     hc = probe.count_probs(pick(texts, out_i), hp, pick(n_parts, out_i), pick(hcounts, out_i))
     return select_rule(pick(cand_lists, out_i), hp, hc, pick(golds, out_i), metric=metric)
