@@ -185,6 +185,10 @@ class Mention(Base):
     # copy of the latest suggestion's confidence, so order="uncertainty" is one indexed sort
     confidence: Mapped[float | None] = mapped_column(Float)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+    # the coder whose screen shows the mention (db.services.next_mention); others skip it until the
+    # claim is older than services.CLAIM_MINUTES or the mention is decided
+    claimed_by: Mapped[str | None] = mapped_column(String(100))
+    claimed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     batch: Mapped[Batch] = relationship()
 

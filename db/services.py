@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from datetime import timedelta, timezone
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -62,6 +63,9 @@ ALEMBIC_INI = DB_DIR / "alembic.ini"
 # of Approach D ("show the top 5, the user confirms"); the app passes ``shown=``
 # to record_decision when it shows another number.
 SHOWN_CANDIDATES = 5
+
+# How long a mention served to one coder is kept from the others (next_mention); a decision ends it sooner.
+CLAIM_MINUTES = 15
 
 FINAL_STATUSES = ("decided", "auto_coded")  # counted as done by batch_progress / batches
 OPEN_STATUSES = ("new", "suggested")  # the review queue proper
@@ -389,7 +393,7 @@ def mentions(s: Session, batch_id: int, status: str | Sequence[str] | None = Non
     return [_mention_dict(m) for m in s.scalars(q)]
 
 
-def next_mention(s: Session, batch_id: int, username: str, order: str = "file") -> dict | None:
+def next_mention(s: Session, batch_id: int, username: str, order: str = "file", claim: bool = True) -> dict | None:
     """The mention to review next, or None when the batch is finished.
 
     The first mention in file order without a final decision (status new or
@@ -399,20 +403,65 @@ def next_mention(s: Session, batch_id: int, username: str, order: str = "file") 
     derived from the committed statuses, a restarted app resumes where the
     coder was. ``order="uncertainty"`` serves the least confident stored
     suggestion first (active learning), unsuggested mentions last.
+
+    Coders sharing a batch get different mentions: the mention served is
+    *claimed* for ``username`` (committed), and mentions other coders claimed
+    less than :data:`CLAIM_MINUTES` ago are passed over. A coder's own claimed
+    mention comes first, so the screen does not change under them; a decision
+    releases the claim, and an abandoned screen's claim lapses. ``claim=False``
+    only looks (nothing written, other coders' claims still respected).
     """
     if order not in ORDERS:
         raise ValueError(f"unknown order {order!r}; expected one of {', '.join(ORDERS)}")
     role = s.scalar(select(User.role).where(User.username == username))
     later = ("skipped", "flagged") if role in ("lead", "admin") else ("skipped",)
-    tier = case((Mention.status.in_(OPEN_STATUSES), 0), (Mention.status == "skipped", 1), else_=2)
-    keys = [tier]
-    if order == "uncertainty":
-        keys += [Mention.confidence.is_(None), Mention.confidence]
-    q = (select(Mention.id, Mention.text, Mention.position, Mention.status)
-         .where(Mention.batch_id == batch_id, Mention.status.in_(OPEN_STATUSES + later))
-         .order_by(*keys, Mention.position).limit(1))
-    r = s.execute(q).first()
-    return None if r is None else {"id": r.id, "text": r.text, "position": r.position, "status": r.status}
+    for _ in range(5):  # another coder may claim the same mention between our read and our write
+        now = utcnow()
+        cutoff = now - timedelta(minutes=CLAIM_MINUTES)
+        mine = (Mention.claimed_by == username) & (Mention.claimed_at >= cutoff)
+        free = Mention.claimed_by.is_(None) | (Mention.claimed_by == username) | (Mention.claimed_at < cutoff)
+        tier = case((Mention.status.in_(OPEN_STATUSES), 0), (Mention.status == "skipped", 1), else_=2)
+        keys = [case((mine, 0), else_=1), tier]
+        if order == "uncertainty":
+            keys += [Mention.confidence.is_(None), Mention.confidence]
+        q = (select(Mention.id, Mention.text, Mention.position, Mention.status, Mention.claimed_by,
+                    Mention.claimed_at)
+             .where(Mention.batch_id == batch_id, Mention.status.in_(OPEN_STATUSES + later), free)
+             .order_by(*keys, Mention.position).limit(1))
+        r = s.execute(q).first()
+        if r is None:
+            return None
+        out = {"id": r.id, "text": r.text, "position": r.position, "status": r.status}
+        fresh = now - timedelta(minutes=CLAIM_MINUTES / 2)
+        if not claim or (r.claimed_by == username and _aware(r.claimed_at) >= fresh):
+            return out  # looking only, or our own claim is recent: no write on every redraw
+        try:
+            won = s.execute(update(Mention).where(Mention.id == r.id, free)
+                            .values(claimed_by=username, claimed_at=now)).rowcount
+            if won:  # one claim per coder and batch: the mention left behind is free again
+                s.execute(update(Mention).where(Mention.batch_id == batch_id, Mention.id != r.id,
+                                                Mention.claimed_by == username)
+                          .values(claimed_by=None, claimed_at=None))
+            s.commit()
+        except BaseException:
+            s.rollback()
+            raise
+        if won:
+            return out
+    return None
+
+
+def _aware(t):
+    """SQLite hands timestamps back without their zone; they are stored in UTC."""
+    return t if t is None or t.tzinfo is not None else t.replace(tzinfo=timezone.utc)
+
+
+def claimed_by_others(s: Session, batch_id: int, username: str) -> int:
+    """How many open mentions of the batch other coders have on their screens now."""
+    cutoff = utcnow() - timedelta(minutes=CLAIM_MINUTES)
+    return s.scalar(select(func.count()).select_from(Mention).where(
+        Mention.batch_id == batch_id, Mention.claimed_by.is_not(None), Mention.claimed_by != username,
+        Mention.claimed_at >= cutoff, Mention.status.not_in(FINAL_STATUSES))) or 0
 
 
 # ================================================================ suggestions
@@ -544,6 +593,7 @@ def record_decision(s: Session, mention_id: int, username: str, action: str, ter
         s.flush()
         pairs = _supersede_and_pairs(s, m, d, vocab_id, terms, shown_terms)
         m.status = STATUS_AFTER[action]
+        m.claimed_by = m.claimed_at = None  # decided (or skipped): back to the queue's rules
         _audit(s, user, action, "mention", m.id,
                {"decision_id": d.id, "terms": terms, "comment": d.comment, "previous_status": previous_status,
                 "model_version": d.model_version, "positives": sum(p["label"] for p in pairs),

@@ -7,6 +7,8 @@ to save (candidates, vocabulary search), then the actions. Each decision is
 committed to the database (``db.services.record_decision``) before the
 engine learns it and the queue moves on; suggestions for the next mentions
 are prepared after the page is drawn, so the next one is a database read.
+The mention shown is claimed for this coder, so colleagues on the same batch
+are shown other mentions (``db.services.next_mention``).
 """
 
 import time
@@ -34,15 +36,23 @@ with _ui.session() as s:
     batch = next(b for b in services.batches(s, ctx.vocabulary_id) if b["id"] == ctx.batch_id)
     done, total = services.batch_progress(s, ctx.batch_id)
     current = services.next_mention(s, ctx.batch_id, ctx.username)
+    others = services.claimed_by_others(s, ctx.batch_id, ctx.username)
     sug = holder.suggestion(s, current["id"], current["text"]) if current else None
 
 head = st.columns([3, 2], vertical_alignment="bottom")
 head[0].markdown(f"### Coding · {_ui.esc(batch['name'])}")
 head[1].progress(done / total if total else 0.0, text=f"**{done} / {total}** coded")
 
+if current is None and others:
+    st.info(f"Nothing left for you here: the {others} mention(s) still open are on colleagues' screens. "
+            f"A mention left undecided comes back to the queue after {services.CLAIM_MINUTES} minutes.")
+    st.button("Check again", key="recheck")
+    st.stop()
 if current is None:
     st.success("This batch is finished: every mention has a decision. Export it on the Import / Export page.")
     st.stop()
+if others:
+    head[1].caption(f"{others} other mention(s) on colleagues' screens now")
 
 mid, text = current["id"], current["text"]
 st.session_state.setdefault(f"shown_at_{mid}", time.time())

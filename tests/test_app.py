@@ -204,6 +204,27 @@ def test_skip_moves_on_and_comes_back_last(db_url):
     assert current_id(at) != mid
 
 
+def test_a_colleague_on_the_same_batch_is_shown_other_mentions(db_url):
+    at = start()
+    mine = current_id(at)
+    with services.session_scope(db_url) as s:
+        bid = services.mention(s, mine)["batch_id"]
+        theirs = services.next_mention(s, bid, "dana")["id"]  # a colleague opens the same batch
+    assert theirs != mine
+    at.button(key=f"accept_{mine}").click()
+    rerun(at)
+    nxt = current_id(at)
+    assert nxt not in (mine, theirs)
+    assert "1 other mention(s) on colleagues' screens now" in [c.value for c in at.caption]
+    # a batch whose last open mention is on a colleague's screen is not reported finished
+    small = add_batch(db_url, ["右侧甲状腺肿瘤切除术"], name="one left")
+    with services.session_scope(db_url) as s:
+        services.next_mention(s, small, "dana")
+    at = start(batch=small)
+    assert not [w for w in at.multiselect if w.key and w.key.startswith("terms_")]
+    assert "on colleagues' screens" in at.info[0].value and not at.success
+
+
 def test_flag_needs_a_comment(db_url):
     at = start()
     mid = current_id(at)

@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, func, inspect, select, text
+from sqlalchemy import create_engine, func, inspect, select, text, update
 
 from db import models as M
 from db import services as S
@@ -210,6 +210,43 @@ def test_skip_and_flag_keep_comments_and_shape_the_queue(setup):
         assert S.batch_progress(s, bid) == (len(ids), len(ids))
 
 
+def test_coders_sharing_a_batch_get_different_mentions(setup):
+    from datetime import timedelta
+
+    url, ids, bid = setup["url"], setup["ids"], setup["bid"]
+    with S.session_scope(url) as s:
+        a = S.next_mention(s, bid, "alice")["id"]
+        assert S.next_mention(s, bid, "alice")["id"] == a  # a redraw keeps the same mention
+        b = S.next_mention(s, bid, "bob")["id"]
+        assert (a, b) == (ids[0], ids[1])
+        assert S.claimed_by_others(s, bid, "carol") == 2 and S.claimed_by_others(s, bid, "alice") == 1
+        assert S.next_mention(s, bid, "carol", claim=False)["id"] == ids[2]
+        assert S.claimed_by_others(s, bid, "alice") == 1  # looking claims nothing
+        # bob decides before alice: alice's screen stays on her mention, bob moves past it
+        S.record_decision(s, b, "bob", "accept")
+        assert S.next_mention(s, bid, "alice")["id"] == a
+        assert S.next_mention(s, bid, "bob")["id"] == ids[2]
+    # the claims are committed: a new session (another coder's browser tab) sees them
+    with S.session_scope(url) as s:
+        assert S.next_mention(s, bid, "carol")["id"] == ids[3]
+        # alice leaves her screen: after CLAIM_MINUTES her mention is free for others
+        s.execute(update(M.Mention).where(M.Mention.id == a)
+                  .values(claimed_at=M.utcnow() - timedelta(minutes=S.CLAIM_MINUTES + 1)))
+        s.commit()
+        S.record_decision(s, ids[3], "carol", "accept")
+        assert S.next_mention(s, bid, "carol")["id"] == a
+        # skipping releases the claim: the mention is at the back of the queue, for anyone
+        S.record_decision(s, a, "carol", "skip")
+        assert S.mention(s, a)["status"] == "skipped"
+        assert S.next_mention(s, bid, "carol")["id"] == ids[4]
+        S.record_decision(s, ids[4], "carol", "accept")
+        assert S.next_mention(s, bid, "alice")["id"] == a
+        # one claim per coder and batch
+        claimed = s.execute(select(M.Mention.id).where(M.Mention.claimed_by == "carol")).scalars().all()
+        assert claimed == []
+        assert s.execute(select(M.Mention.id).where(M.Mention.claimed_by == "bob")).scalars().all() == [ids[2]]
+
+
 def test_repeated_decision_latest_wins_and_history_is_kept(setup):
     with S.session_scope(setup["url"]) as s:
         mid = setup["ids"][0]
@@ -310,7 +347,7 @@ def test_uncertainty_order(setup):
         assert S.next_mention(s, bid, "alice", order="uncertainty")["id"] == ids[3]
         S.record_decision(s, ids[3], "alice", "accept")
         assert S.next_mention(s, bid, "alice", order="uncertainty")["id"] == ids[1]
-        assert S.next_mention(s, bid, "alice")["id"] == ids[0]  # file order unchanged
+        assert S.next_mention(s, bid, "bob")["id"] == ids[0]  # file order unchanged (ids[1] is alice's)
         # mentions without a suggestion come after the scored ones
         m2 = S.mentions(s, bid2)
         S.store_suggestion(s, m2[1]["id"], suggestion_for("胆囊", vocab, FAMILY[4:], confidence=0.99))
