@@ -17,6 +17,7 @@ approach A's ablations, plus ours:
                   attention" for the lexical ranker; the cross-encoder's own mask ablation is in
                   ``termnorm.rank``);
 - ``no_diff``     the ranker without the learned surface-difference scorer (termnorm.rank.surface);
+- ``no_termclf``  the ranker without the per-term text classifier (termnorm.rank.termclf);
 - ``no_fusion``   the ranker's top-1 only: no count prediction, no output rule;
 - ``no_history``  history recall and the sieve removed;
 - ``no_split``    multi-part mentions not split.
@@ -81,6 +82,7 @@ def run_set(name: str, data: Path, ablations: bool, dense_dir: str | None = None
         configs += [("no_ranker", {}, dict(ranker=False)),
                     ("no_keywords", {}, dict(ranker=True, keyword_features=False)),
                     ("no_diff", {}, dict(ranker=True, surface_diff=False)),
+                    ("no_termclf", {}, dict(ranker=True, term_classifier=False)),
                     ("no_history", dict(history=False), dict(ranker=True)),
                     ("no_split", dict(split=False), dict(ranker=True))]
     for label, build_kw, how in configs:
@@ -89,7 +91,8 @@ def run_set(name: str, data: Path, ablations: bool, dense_dir: str | None = None
         if how["ranker"]:
             eng.fit_lexical(train, progress=False, rule_metric=settings["rule_metric"],
                             keyword_features=how.get("keyword_features", True),
-                            surface_diff=how.get("surface_diff", True))
+                            surface_diff=how.get("surface_diff", True),
+                            term_classifier=how.get("term_classifier", True))
         fit_s = time.perf_counter() - t0
         rep = evaluate_engine(eng, test, stage="full" if how["ranker"] else "recall")
         rep.pop("errors", None)

@@ -177,8 +177,9 @@ def confidence_badge(conf: float) -> str:
 
 
 #: Candidate scores that are not a recall strategy's and stay out of the "found by" column: the fused
-#: ranker probability (its own column) and the surface scorer's log-odds (a ranker input, any sign).
-NOT_RECALL_SCORES = frozenset({"ranker", "diff"})
+#: ranker probability (its own column), the surface scorer's log-odds (a ranker input, any sign) and the
+#: term classifier's score (a ranker input given to every candidate, 0 for terms never coded).
+NOT_RECALL_SCORES = frozenset({"ranker", "diff", "clf"})
 
 
 def candidate_table_html(cands: list[Candidate], mention_spans: list[KeywordSpan], chosen: list[str],

@@ -28,6 +28,8 @@ def _add_data_args(p, need_train=False):
                         "exact-set accuracy or pair micro-F1 (the CHIP-CDN metric)")
     p.add_argument("--no-surface-diff", action="store_true",
                    help="fit the ranker without the learned surface-difference scorer (score 'diff'; an ablation)")
+    p.add_argument("--no-term-classifier", action="store_true",
+                   help="fit the ranker without the per-term text classifier (score 'clf'; an ablation)")
     p.add_argument("--bag", type=_positive_int, default=1,
                    help="fit N rankers on different K-fold splits of the history and average them (steadier "
                         "accuracy across seeds; N times the fit time; benchmarks/seeds.py)")
@@ -114,7 +116,7 @@ def cmd_evaluate(args) -> int:
             return 2
         eng.fit_lexical(load_labelled(args.train, eng.vocabulary).mentions, progress=True,
                         rule_metric=args.rule_metric, surface_diff=not args.no_surface_diff,
-                        bag=args.bag, seed=args.seed)
+                        term_classifier=not args.no_term_classifier, bag=args.bag, seed=args.seed)
     test = load_labelled(args.test, eng.vocabulary)
     if test.missing:
         print(f"note: {len(test.missing)} gold names of {args.test} are not in the vocabulary "
@@ -166,7 +168,8 @@ def cmd_train(args) -> int:
         eng.meta["trained_on"] = str(args.train)
         eng.fit_lexical(load_labelled(args.train, eng.vocabulary).mentions, progress=True,
                         with_history=not args.cold_start, rule_metric=args.rule_metric,
-                        surface_diff=not args.no_surface_diff, bag=args.bag, seed=args.seed)
+                        surface_diff=not args.no_surface_diff, term_classifier=not args.no_term_classifier,
+                        bag=args.bag, seed=args.seed)
         path = eng.save(args.out)
         print(f"saved lexical pipeline to {path}")
         if args.export_ranker:

@@ -97,6 +97,8 @@ class Engine:
         self.confidence_model = None
         # learned mention/term difference scorer (termnorm.rank.surface), score key "diff"; fitted with the ranker
         self.diff_scorer = None
+        # per-term text classifier over the coded mentions (termnorm.rank.termclf), score key "clf"
+        self.term_classifier = None
         self.meta: dict = {}
 
     # ---- construction ---------------------------------------------------
@@ -177,6 +179,8 @@ class Engine:
             hit = self._sieve.get(normalize(m))
             if hit:
                 self._boost_sieve(cl, hit)
+        if self.term_classifier is not None:
+            self.term_classifier.annotate(mentions, cands)
         if self.diff_scorer is not None:
             self.diff_scorer.annotate(mentions, cands)
         self._kar_scores(mentions, cands)
@@ -213,7 +217,8 @@ class Engine:
     # ---- lexical ranking ----------------------------------------------------
     def fit_lexical(self, train: list[LabelledMention], folds: int = 4, progress: bool = False,
                     seed: int = 0, with_history: bool = True, rule_metric: str = "accuracy",
-                    keyword_features: bool = True, surface_diff: bool = True, bag: int = 1) -> dict:
+                    keyword_features: bool = True, surface_diff: bool = True, bag: int = 1,
+                    term_classifier: bool = True) -> dict:
         """Fit the GBM ranker + count classifier on K-fold recall candidates (see termnorm.lexrank).
 
         ``with_history=False`` fits a cold-start ranker that never sees history recall or sieve
@@ -222,6 +227,8 @@ class Engine:
         exact-set ``"accuracy"`` or pair ``"micro_f1"`` (the CHIP-CDN metric).
         ``keyword_features=False`` leaves out the keyword match features (an ablation).
         ``surface_diff=False`` fits no surface-difference scorer (termnorm.rank.surface; an ablation).
+        ``term_classifier=False`` fits no per-term text classifier (termnorm.rank.termclf; an ablation);
+        without history there is none either (it learns from coded mentions).
         ``bag`` > 1 fits that many rankers on different K-fold splits of the history (seeds ``seed``,
         ``seed`` + 1, ...) and averages their probabilities (termnorm.lexrank.LexicalRanker.bagged): a
         single ranker's accuracy depends on which coded mentions each training mention could find, the
@@ -239,7 +246,8 @@ class Engine:
         for r in range(bag):
             rng = np.random.default_rng(seed + r)
             fold_of = rng.integers(0, folds, len(train))
-            order, cand_lists, hcounts = self.kfold_candidates(train, fold_of, with_history, progress)
+            order, cand_lists, hcounts = self.kfold_candidates(train, fold_of, with_history, progress,
+                                                               term_classifier=term_classifier)
             mentions = [train[i].text for i in order]
             golds = [train[i].terms for i in order]
             self.fit_surface(mentions, cand_lists, golds, enabled=surface_diff, progress=progress,
@@ -250,6 +258,7 @@ class Engine:
         self.diff_scorer = scorer
         if surface_diff:
             self.meta["surface_diff_seconds"] = round(surface_s, 2)
+        self.fit_term_classifier(train, enabled=term_classifier and with_history)
         keys = sorted({k for sp in splits for cl in sp[1] for c in cl for k in c.scores})
         feat = PairFeaturizer(keys, tagger=self.tagger, keywords=keyword_features)
         t0 = time.perf_counter()
@@ -285,6 +294,20 @@ class Engine:
         self.diff_scorer = scorer if scorer.fitted else None
         self.meta["surface_diff_seconds"] = round(time.perf_counter() - t0, 2)
 
+    def fit_term_classifier(self, train: list[LabelledMention], enabled: bool = True) -> None:
+        """Fit the per-term text classifier used at inference on every training mention (the K-fold
+        candidates got theirs from the other folds); ``enabled=False`` drops it."""
+        from termnorm.rank.termclf import TermClassifier
+
+        self.meta["term_classifier"] = bool(enabled)
+        if not enabled:
+            self.term_classifier = None
+            return
+        t0 = time.perf_counter()
+        clf = TermClassifier(self.vocabulary).fit(train)
+        self.term_classifier = clf if clf.fitted else None
+        self.meta["term_classifier_seconds"] = round(time.perf_counter() - t0, 2)
+
     def with_history(self, history: list[LabelledMention]) -> "Engine":
         """A copy that answers from other coded mentions (history recall and sieve rebuilt); the vocabulary,
         its strategies and every fitted model are shared."""
@@ -299,9 +322,12 @@ class Engine:
         return eng
 
     def kfold_candidates(self, items: list[LabelledMention], fold_of, with_history: bool = True,
-                         progress: bool = False):
+                         progress: bool = False, term_classifier: bool = True):
         """Recall candidates for training mentions with K-fold history: the history recall and sieve
         of fold f are built from the other folds, so a training mention never finds itself.
+
+        With ``term_classifier`` (and history) each fold's candidates also get score "clf" from a
+        per-term classifier fitted on the other folds (termnorm.rank.termclf).
 
         Returns ``(order, candidate lists, sieve hit counts)`` in fold order, ``order`` holding the
         indices into ``items``. Mentions without terms (e.g. only rejected candidates) are
@@ -320,6 +346,10 @@ class Engine:
             sieve = {normalize(m.text): m.terms for m in outside} if with_history else {}
             texts = [items[i].text for i in inside]
             cl = union.recall_batch(texts)
+            if with_history and term_classifier:
+                from termnorm.rank.termclf import TermClassifier
+
+                TermClassifier(self.vocabulary).fit(outside).annotate(texts, cl)
             for i, cands in zip(inside, cl):
                 hit = sieve.get(normalize(items[i].text))
                 if hit:
@@ -473,7 +503,7 @@ class Engine:
                      "confidence_model": self.confidence_model, "split": self.split,
                      "keyword_dir": str(self.keyword_dir) if self.keyword_dir else None,
                      "recall_profile": self.recall_profile, "max_candidates": self.max_candidates,
-                     "diff_scorer": self.diff_scorer},
+                     "diff_scorer": self.diff_scorer, "term_classifier": self.term_classifier},
                     folder / "pipeline.joblib", compress=3)
         config = {"format": "termnorm-pipeline/1", "model_version": self.model_version,
                   "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "vocabulary": self.vocabulary.name,
@@ -481,6 +511,8 @@ class Engine:
                   "stages": ["lexical-recall", "history", "lexical-gbm-ranker", "count"], **self.meta}
         if self.diff_scorer is not None:
             config["stages"].insert(-2, "surface-diff")
+        if self.term_classifier is not None:
+            config["stages"].insert(-2, "term-classifier")
         if self.dense is not None:
             self.dense.save(folder / "dense")
             config["stages"].insert(1, "dense-recall")
@@ -519,6 +551,7 @@ class Engine:
         eng.diff_scorer = state.get("diff_scorer")
         if eng.diff_scorer is not None:
             eng.diff_scorer.tagger = eng.tagger
+        eng.term_classifier = state.get("term_classifier")
         eng.meta = config
         return eng
 

@@ -249,7 +249,8 @@ def _kfold_candidates(engine, items: list[LabelledMention], folds: int, seed: in
     """Recall candidates per training mention (in ``items`` order) with K-fold history, exactly as
     Engine.fit_lexical builds them, so a retrained ranker sees the features it is used with."""
     fold_of = np.random.default_rng(seed).integers(0, folds, len(items))
-    order, got, hits = engine.kfold_candidates(items, fold_of)
+    order, got, hits = engine.kfold_candidates(items, fold_of,
+                                               term_classifier=engine.meta.get("term_classifier", True))
     cand_lists: list = [None] * len(items)
     hcounts = [0] * len(items)
     for i, cands, h in zip(order, got, hits):
@@ -308,6 +309,7 @@ def fit_with_pairs(engine, train: list[LabelledMention], confirmed_negatives: di
     golds = [list(m.terms) for m in items]
     say(0.4, "fitting the surface-difference scorer")
     engine.fit_surface(texts, cand_lists, golds, enabled=engine.meta.get("surface_diff", True))
+    engine.fit_term_classifier(pos, enabled=engine.meta.get("term_classifier", True))
     n_parts = [engine._n_parts(t) for t in texts]
     t_recall = time.perf_counter() - t0
 

@@ -121,9 +121,9 @@ def test_the_coding_table_lists_recall_strategies_not_the_scorer():
     """The coder's "found by" column names the recall strategies; the scorer's log-odds (any sign) stays out."""
     from pages import _ui
 
-    c = Candidate(0, "甲状腺病损切除术", 0.9, {"tfidf": 0.61, "history": 0.5, "diff": -2.25, "ranker": 0.9},
+    c = Candidate(0, "甲状腺病损切除术", 0.9, {"tfidf": 0.61, "history": 0.5, "diff": -2.25, "clf": 0.37, "ranker": 0.9},
                   ["06.3100"])
     html = _ui.candidate_table_html([c], [], ["甲状腺病损切除术"], lambda text: [])
     assert "tfidf 0.61" in html and "history 0.50" in html
-    assert "diff" not in html and "-2.25" not in html
+    assert "diff" not in html and "-2.25" not in html and "clf" not in html and "0.37" not in html
     assert "<td>0.90</td>" in html  # the ranker keeps its own column
