@@ -44,7 +44,8 @@ def run_set(name: str, data: Path, seeds: list[int], bags: list[int]) -> dict:
     for bag in bags:
         for seed in seeds:
             t0 = time.perf_counter()
-            eng.fit_lexical(train, seed=seed, bag=bag, rule_metric=settings["rule_metric"])
+            eng.fit_lexical(train, seed=seed, bag=bag, rule_metric=settings["rule_metric"],
+                            term_classifier=settings.get("term_classifier", True))
             fit_s = time.perf_counter() - t0
             rep = evaluate_engine(eng, test, stage="full")
             row = {"bag": bag, "seed": seed, **{k: rep[k] for k in KEYS}, "fit_seconds": round(fit_s, 1)}

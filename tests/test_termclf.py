@@ -119,3 +119,8 @@ def test_the_ablation_and_the_cold_start_ranker_fit_none(demo):
     cold = Engine(vocab)
     cold.fit_lexical(mentions[:60], with_history=False)
     assert cold.term_classifier is None and "clf" not in cold.meta["score_keys"]
+
+
+def test_a_refit_gives_the_same_weights(vocab):
+    a, b = TermClassifier(vocab).fit(coded()), TermClassifier(vocab).fit(coded())
+    assert (a.weights != b.weights).nnz == 0 and np.array_equal(a.bias, b.bias)

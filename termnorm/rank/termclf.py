@@ -98,7 +98,8 @@ class TermClassifier:
         X = self.vectorizer.fit_transform(texts)
         binarizer = MultiLabelBinarizer()
         Y = binarizer.fit_transform(labels)
-        model = OneVsRestClassifier(LinearSVC(C=self.c)).fit(X, Y)
+        # liblinear shuffles with a random state: fixed, so a refit gives the same weights
+        model = OneVsRestClassifier(LinearSVC(C=self.c, random_state=0)).fit(X, Y)
         rows, cols, vals, bias = [], [], [], []
         for j, e in enumerate(model.estimators_):
             if not hasattr(e, "coef_"):  # a term every mention names: a constant "yes", no weights
