@@ -8,9 +8,9 @@ point to it *against its siblings* — that 双侧甲状腺全切除 is coded
 甲状腺病损切除术 or 甲状腺全部切除术 depending on the words around it, that
 射频毁损 of the trigeminal nerve goes to 三叉神经射频消融术. A one-vs-rest
 linear SVM over the mentions' character 1–3-grams (TF-IDF) learns exactly
-that from the labels, the classic text-classification view of
-normalization (approach B's "classification" baseline for frequent terms,
-here one more ranker feature rather than the answer).
+that from the labels: the text-classification view of normalization, here
+one more ranker feature rather than the answer (it knows only terms that
+coded mentions name; the ranker still sees every candidate).
 
 Its decision value, squashed to (0, 1) by a logistic, becomes the candidate's
 score ``"clf"`` — 0 for a term no coded mention names — so the GBM ranker
@@ -22,8 +22,10 @@ recall is; the one used at inference is fitted on every training mention.
 Measured on Yidu-N7K val (lexical pipeline, seeds 0/1/2): 0.868/0.857/0.858
 without it; see the README's accuracy table (row ``no_termclf``) and
 ``benchmarks/results/seeds.json`` for the figures with it. ``C``: 0.15 /
-0.5 / 2 / 8 gave 0.869 / 0.876 / 0.881 / 0.877 (seed 0, one run each).
-Character 1–4-grams: 0.873.
+0.5 / 2 / 8 gave 0.869 / 0.876 / 0.881 / 0.877 (seed 0, one run each, before
+the SVM's random state was fixed: runs then varied by ~0.3 points).
+Character 1–4-grams: 0.873. On English NCBI it costs accuracy (the accuracy
+benchmark's ``with_termclf`` row), so that set is run with ``--no-term-classifier``.
 
 Only candidates' terms are scored (it proposes no candidates: adding its
 top 3 terms to the candidate list measured 0.880 against 0.881).
