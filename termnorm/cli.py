@@ -33,8 +33,22 @@ def _add_data_args(p, need_train=False):
     p.add_argument("--bag", type=_positive_int, default=1,
                    help="fit N rankers on different K-fold splits of the history and average them (steadier "
                         "accuracy across seeds; N times the fit time; benchmarks/seeds.py)")
+    p.add_argument("--ensemble", type=_positive_int, default=None,
+                   help="GBMs in the pair scorer, each on a random 70%% of the feature columns, averaged "
+                        "(default 3; 1 = one GBM on every column)")
+    p.add_argument("--no-context-features", action="store_true",
+                   help="fit the ranker without the list-context features (each score's best value among the "
+                        "mention's candidates and the gap to it; an ablation)")
+    p.add_argument("--no-part-count", action="store_true",
+                   help="fit the count classifier without the part-coverage features (an ablation)")
     p.add_argument("--seed", type=int, default=0,
                    help="random seed of the ranker fit (history folds, held-out split, GBM state)")
+
+
+def _ranker_options(args) -> dict:
+    """The GBM ranker's own options of ``termnorm train lexical`` / ``termnorm evaluate``."""
+    return dict(ensemble=args.ensemble, context_features=not args.no_context_features,
+                part_count=not args.no_part_count)
 
 
 def _positive_int(text: str) -> int:
@@ -116,7 +130,8 @@ def cmd_evaluate(args) -> int:
             return 2
         eng.fit_lexical(load_labelled(args.train, eng.vocabulary).mentions, progress=True,
                         rule_metric=args.rule_metric, surface_diff=not args.no_surface_diff,
-                        term_classifier=not args.no_term_classifier, bag=args.bag, seed=args.seed)
+                        term_classifier=not args.no_term_classifier, bag=args.bag, seed=args.seed,
+                        **_ranker_options(args))
     test = load_labelled(args.test, eng.vocabulary)
     if test.missing:
         print(f"note: {len(test.missing)} gold names of {args.test} are not in the vocabulary "
@@ -169,7 +184,7 @@ def cmd_train(args) -> int:
         eng.fit_lexical(load_labelled(args.train, eng.vocabulary).mentions, progress=True,
                         with_history=not args.cold_start, rule_metric=args.rule_metric,
                         surface_diff=not args.no_surface_diff, term_classifier=not args.no_term_classifier,
-                        bag=args.bag, seed=args.seed)
+                        bag=args.bag, seed=args.seed, **_ranker_options(args))
         path = eng.save(args.out)
         print(f"saved lexical pipeline to {path}")
         if args.export_ranker:

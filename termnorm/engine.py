@@ -127,6 +127,8 @@ class Engine:
         joblib.dump({"format": "termnorm-ranker/1", "pair_model": r.pair_model, "count_model": r.count_model,
                      "score_keys": r.featurizer.score_keys, "theta": r.theta, "rule": r.rule,
                      "bag": getattr(r, "bag", 1), "confidence_model": self.confidence_model,
+                     "context": getattr(r.featurizer, "context", False),
+                     "count_parts": getattr(r, "count_parts", False),
                      "diff_scorer": self.diff_scorer,
                      "trained_on": self.meta.get("trained_on", ""),
                      "model_version": self.model_version}, path, compress=3)
@@ -150,7 +152,9 @@ class Engine:
         except Exception as e:  # an old pickle must never stop the app
             warnings.warn(f"{path}: pretrained ranker not loaded ({e}); using recall order")
             return False
-        r = LexicalRanker(PairFeaturizer(state["score_keys"], tagger=self.tagger), theta=state["theta"])
+        # rankers exported before the list-context and part-coverage features have neither
+        feat = PairFeaturizer(state["score_keys"], tagger=self.tagger, context=state.get("context", False))
+        r = LexicalRanker(feat, theta=state["theta"], count_parts=state.get("count_parts", False))
         r.pair_model, r.count_model, r.rule = state["pair_model"], state["count_model"], tuple(state["rule"])
         r.bag = state.get("bag", 1)
         self.lexranker, self.confidence_model = r, state["confidence_model"]
@@ -218,7 +222,8 @@ class Engine:
     def fit_lexical(self, train: list[LabelledMention], folds: int = 4, progress: bool = False,
                     seed: int = 0, with_history: bool = True, rule_metric: str = "accuracy",
                     keyword_features: bool = True, surface_diff: bool = True, bag: int = 1,
-                    term_classifier: bool = True) -> dict:
+                    term_classifier: bool = True, ensemble: int | None = None, context_features: bool = True,
+                    part_count: bool = True) -> dict:
         """Fit the GBM ranker + count classifier on K-fold recall candidates (see termnorm.lexrank).
 
         ``with_history=False`` fits a cold-start ranker that never sees history recall or sieve
@@ -234,13 +239,43 @@ class Engine:
         single ranker's accuracy depends on which coded mentions each training mention could find, the
         mean less so. The first member chooses the output rule and calibrates the confidence; the
         surface-difference scorer of the first split serves at inference. ``bag`` times the fit time.
+        ``ensemble``: GBMs in the pair scorer, each on a random 70% of the feature columns, averaged
+        (default :data:`termnorm.lexrank.ENSEMBLE`; 1 = one GBM on every column, an ablation).
+        ``context_features=False`` leaves out the list-context features (termnorm.lexrank.CONTEXT_KEYS),
+        ``part_count=False`` the count classifier's part-coverage features (termnorm.lexrank.part_features).
         """
-        from termnorm.lexrank import RULE_METRICS, LexicalRanker, PairFeaturizer
+        from termnorm.lexrank import RULE_METRICS
 
         if rule_metric not in RULE_METRICS:
             raise ValueError(f"rule metric must be one of {RULE_METRICS}, not {rule_metric!r}")
         if bag < 1:
             raise ValueError(f"bag must be at least 1, not {bag}")
+        if ensemble is not None and ensemble < 1:
+            raise ValueError(f"ensemble must be at least 1, not {ensemble}")
+        train = [m for m in train if m.terms]
+        splits = self.ranker_training_data(train, folds=folds, seed=seed, bag=bag, with_history=with_history,
+                                           surface_diff=surface_diff, keyword_features=keyword_features,
+                                           term_classifier=term_classifier, progress=progress)
+        self.fit_ranker(splits, seed=seed, rule_metric=rule_metric, keyword_features=keyword_features,
+                        ensemble=ensemble, context_features=context_features, part_count=part_count,
+                        progress=progress)
+        self.model_version = "lexical-gbm-" + _hash_mentions(train)[:8]
+        self.meta.update(train_size=len(train), train_sha256=_hash_mentions(train))
+        return self.meta
+
+    def ranker_training_data(self, train: list[LabelledMention], folds: int = 4, seed: int = 0, bag: int = 1,
+                             with_history: bool = True, surface_diff: bool = True, keyword_features: bool = True,
+                             term_classifier: bool = True, progress: bool = False) -> list[tuple]:
+        """The first half of :meth:`fit_lexical`: the ranker's training candidates, one K-fold split of the
+        history per ``bag`` member, each ``(mentions, candidate lists, golds, parts, sieve hits, rng)``.
+
+        Fits what scores those candidates and serves at inference: the surface-difference scorer (its
+        out-of-fold scores written into the candidates; the first split's scorer is kept) and the term
+        classifier. :meth:`fit_ranker` then fits the GBM on the splits, as often as wanted (the
+        cross-validation benchmark fits several ranker settings on one set of candidates).
+        """
+        import copy
+
         train = [m for m in train if m.terms]
         splits, scorer, surface_s = [], None, 0.0
         for r in range(bag):
@@ -254,27 +289,45 @@ class Engine:
                              keywords=keyword_features)
             scorer = scorer if r else self.diff_scorer
             surface_s += self.meta.get("surface_diff_seconds", 0.0)
-            splits.append((mentions, cand_lists, golds, [self._n_parts(m) for m in mentions], hcounts, rng))
+            # the rng draws the held-out mentions of the output rule: a copy per fit keeps refits identical
+            splits.append((mentions, cand_lists, golds, [self._n_parts(m) for m in mentions], hcounts,
+                           copy.deepcopy(rng)))
         self.diff_scorer = scorer
         if surface_diff:
             self.meta["surface_diff_seconds"] = round(surface_s, 2)
         self.fit_term_classifier(train, enabled=term_classifier and with_history)
+        return splits
+
+    def fit_ranker(self, splits: list[tuple], seed: int = 0, rule_metric: str = "accuracy",
+                   keyword_features: bool = True, ensemble: int | None = None, context_features: bool = True,
+                   part_count: bool = True, progress: bool = False) -> dict:
+        """The second half of :meth:`fit_lexical`: the GBM ranker, count classifier, output rule and
+        confidence on splits of :meth:`ranker_training_data` (options as there)."""
+        import copy
+
+        from termnorm.lexrank import ENSEMBLE, LexicalRanker, PairFeaturizer
+
+        ensemble = ENSEMBLE if ensemble is None else int(ensemble)
+        if ensemble < 1:
+            raise ValueError(f"ensemble must be at least 1, not {ensemble}")
+        ranker_kw = dict(ensemble=ensemble, count_parts=part_count)
         keys = sorted({k for sp in splits for cl in sp[1] for c in cl for k in c.scores})
-        feat = PairFeaturizer(keys, tagger=self.tagger, keywords=keyword_features)
+        feat = PairFeaturizer(keys, tagger=self.tagger, keywords=keyword_features, context=context_features)
         t0 = time.perf_counter()
+        first = (*splits[0][:5], copy.deepcopy(splits[0][5]))
         with threadpool_limits(limits=_fit_threads(), user_api="openmp"):
-            self._fit_ranker(feat, *splits[0][:6], seed, rule_metric)
-            if bag > 1:
+            self._fit_ranker(feat, *first, seed, rule_metric, ranker_kw)
+            if len(splits) > 1:
                 it = splits[1:]
                 if progress:
                     from tqdm import tqdm
                     it = tqdm(it, desc="bagged rankers")
-                members = [self.lexranker] + [LexicalRanker(feat, seed=seed + r).fit(*sp[:5])
+                members = [self.lexranker] + [LexicalRanker(feat, seed=seed + r, **ranker_kw).fit(*sp[:5])
                                               for r, sp in enumerate(it, start=1)]
                 self.lexranker = LexicalRanker.bagged(members)
-        self.model_version = "lexical-gbm-" + _hash_mentions(train)[:8]
-        self.meta.update(train_size=len(train), train_sha256=_hash_mentions(train), score_keys=keys,
-                         ranker_bag=bag, fit_seconds=round(time.perf_counter() - t0, 2))
+        self.meta.update(score_keys=keys, ranker_bag=len(splits), ranker_ensemble=ensemble,
+                         context_features=bool(context_features), part_count=bool(part_count),
+                         fit_seconds=round(time.perf_counter() - t0, 2))
         return self.meta
 
     def fit_surface(self, mentions, cand_lists, golds, enabled: bool = True, progress: bool = False,
@@ -361,22 +414,24 @@ class Engine:
         return order, cand_lists, hcounts
 
     def _fit_ranker(self, feat, mentions, cand_lists, golds, n_parts, hcounts, rng, seed,
-                    rule_metric: str = "accuracy") -> None:
+                    rule_metric: str = "accuracy", ranker_kw: dict | None = None) -> None:
         """Choose the output rule and calibrate the confidence on 20% of the mentions held out from a
         first fit (in-sample probabilities would make both optimistic), then fit on everything."""
         from termnorm.lexrank import LexicalRanker, select_rule
 
         held = rng.random(len(mentions)) < 0.2
         sel = lambda xs, keep: [x for x, h in zip(xs, held) if h == keep]  # noqa: E731
-        probe = LexicalRanker(feat, seed=seed).fit(
+        ranker_kw = ranker_kw or {}
+        probe = LexicalRanker(feat, seed=seed, **ranker_kw).fit(
             *(sel(a, False) for a in (mentions, cand_lists, golds, n_parts, hcounts)))
         hp = probe.score(sel(mentions, True), sel(cand_lists, True), sel(n_parts, True))
-        hc = probe.count_probs(sel(mentions, True), hp, sel(n_parts, True), sel(hcounts, True))
+        hc = probe.count_probs(sel(mentions, True), hp, sel(n_parts, True), sel(hcounts, True), sel(cand_lists, True))
         rule, rule_scores = select_rule(sel(cand_lists, True), hp, hc, sel(golds, True), metric=rule_metric)
         probe.rule = rule
         self.lexranker = probe
         self._fit_confidence(*(sel(a, True) for a in (mentions, cand_lists, golds, n_parts, hcounts)))
-        self.lexranker = LexicalRanker(feat, seed=seed).fit(mentions, cand_lists, golds, n_parts, hcounts)
+        self.lexranker = LexicalRanker(feat, seed=seed, **ranker_kw).fit(mentions, cand_lists, golds, n_parts,
+                                                                         hcounts)
         self.lexranker.rule = rule
         self.meta.update(output_rule=list(rule), output_rule_metric=rule_metric, output_rule_heldout=rule_scores)
 
@@ -395,7 +450,7 @@ class Engine:
         from termnorm.lexrank import choose
 
         probs = self.lexranker.score(mentions, cand_lists, n_parts)
-        cps = self.lexranker.count_probs(mentions, probs, n_parts, hcounts)
+        cps = self.lexranker.count_probs(mentions, probs, n_parts, hcounts, cand_lists)
         out = []
         for m, cands, p, cp, hc in zip(mentions, cand_lists, probs, cps, hcounts):
             order = np.argsort(-p, kind="stable") if len(p) else np.zeros(0, dtype=int)

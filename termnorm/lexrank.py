@@ -42,17 +42,39 @@ THETA = 0.5
 
 SITE_TYPE = ("site", "type", "nature")
 
+#: GBMs in the pair scorer and the share of the feature columns each sees (:class:`SubspaceEnsemble`).
+#: 5-fold cross-validation over Yidu-N7K train + val (5,000 mentions): README, ``benchmarks/accuracy.py --cv``.
+ENSEMBLE = 3
+COLUMN_SHARE = 0.7
+
+#: Scores that also get *list-context* features: the best value among the mention's candidates (how
+#: familiar the mention is: a coded mention this close, a term classifier this sure) and the
+#: candidate's gap to it. A pointwise ranker otherwise sees one candidate at a time and cannot tell a
+#: history score of 0.6 on an unfamiliar mention (trust the lexical match) from one on a mention whose
+#: best coded neighbour scores 0.95. Measured by 5-fold cross-validation over Yidu-N7K train + val
+#: (``benchmarks/accuracy.py --cv``): see the README.
+CONTEXT_KEYS = ("history", "history_jaccard", "tfidf", "jaccard", "clf", "diff")
+
 
 class PairFeaturizer:
     """Turns (mention, candidate list) into a feature matrix; score keys are fixed at fit time."""
 
-    def __init__(self, score_keys: list[str], tagger=None, vocab=None, keywords: bool = True):
+    def __init__(self, score_keys: list[str], tagger=None, vocab=None, keywords: bool = True,
+                 context: bool = True):
         self.score_keys = list(score_keys)
         self.tagger = tagger
         # False: the keyword match / mismatch features stay 0 (the "no keyword attention" ablation)
         self.keywords = keywords
+        # list context (see CONTEXT_KEYS); featurizers pickled before it existed have no attribute: False
+        self.context = context
         self._term_kw: dict[int, dict[str, set]] = {}
         self.vocab = vocab
+
+    def _context_columns(self) -> list[int]:
+        """Indices into ``score_keys`` of the keys that get list-context features."""
+        if not getattr(self, "context", False):
+            return []
+        return [j for j, k in enumerate(self.score_keys) if k in CONTEXT_KEYS]
 
     def _kw(self, text: str) -> dict[str, set]:
         out: dict[str, set] = {k: set() for k in SITE_TYPE}
@@ -77,8 +99,20 @@ class PairFeaturizer:
         return t
 
     @property
+    def keyword_columns(self) -> slice:
+        """The keyword match / mismatch columns of :meth:`transform` (3 per kind of :data:`SITE_TYPE`)."""
+        start = 2 * len(self.score_keys) + 14
+        return slice(start, start + 3 * len(SITE_TYPE))
+
+    @property
+    def context_columns(self) -> slice:
+        """The list-context columns: the best value of each :data:`CONTEXT_KEYS` score, then the gaps."""
+        start = 2 * len(self.score_keys) + 14 + 3 * len(SITE_TYPE)
+        return slice(start, start + 2 * len(self._context_columns()))
+
+    @property
     def n_features(self) -> int:
-        return 2 * len(self.score_keys) + 14 + 3 * len(SITE_TYPE)
+        return 2 * len(self.score_keys) + 14 + 3 * len(SITE_TYPE) + 2 * len(self._context_columns())
 
     def transform(self, mention: str, cands: list[Candidate], n_parts: int = 1) -> np.ndarray:
         n = len(cands)
@@ -127,6 +161,12 @@ class PairFeaturizer:
                 f[14 + 3 * j] = float(bool(a & b))
                 f[15 + 3 * j] = float(bool(a) and bool(b) and not (a & b))
                 f[16 + 3 * j] = float(bool(b) and not any(k in m for k in b))
+        ctx = self._context_columns()
+        if ctx:
+            col = self.context_columns.start
+            best = S[:, ctx].max(axis=0)
+            X[:, col:col + len(ctx)] = best
+            X[:, col + len(ctx):col + 2 * len(ctx)] = S[:, ctx] - best
         return X
 
 
@@ -148,7 +188,54 @@ def _lcs_len(a: str, b: str) -> int:
     return best
 
 
-def count_features(mention: str, probs: np.ndarray, n_parts: int, history_count: int) -> np.ndarray:
+#: Characters that say nothing about which part of a mention a term names (laterality, "operation").
+_PART_STOP = set("左右双单侧术行及和与并的下")
+#: Count features from :func:`part_features` (0: the original 12 features only; rankers pickled before
+#: them have no ``count_parts`` attribute and keep using those).
+N_PART_FEATURES = 8
+
+
+def part_features(mention: str, cands: list[Candidate] | None, probs: np.ndarray) -> np.ndarray:
+    """How the top candidates cover the parts of a multi-part mention (zeros for a one-part mention).
+
+    右尺骨鹰嘴、桡骨颈骨折切开复位内固定 needs a term per part; 右甲状腺全切+左甲状腺次全切除术 one term
+    covering both. Per part, the share of its characters the top candidate (and the top two) contain, and
+    whether the top two candidates name different parts.
+    """
+    out = np.zeros(N_PART_FEATURES, dtype=np.float32)
+    if not cands or len(probs) < 2:
+        return out
+    from termnorm.text.split import split_mention
+
+    parts = [set(p) - _PART_STOP for p in split_mention(mention)]
+    parts = [p for p in parts if p]
+    if len(parts) < 2:
+        return out
+    order = np.argsort(-probs, kind="stable")[:3]
+    tops = [set(normalize(cands[i].term)) - _PART_STOP for i in order]
+    cov = np.array([[len(t & p) / len(p) for p in parts] for t in tops])  # candidate x part
+    own = np.array([[len(t & p) / max(1, len(t)) for p in parts] for t in tops])
+    assigned = own.argmax(axis=1)
+    p_sorted = probs[order]
+    both = np.maximum(cov[0], cov[1])
+    out[0] = cov[0].min()
+    out[1] = cov[0].mean()
+    out[2] = both.min()
+    out[3] = both.mean() - cov[0].mean()
+    out[4] = float(assigned[0] != assigned[1])
+    out[5] = len({a for a, p in zip(assigned, p_sorted) if p > 0.2})
+    out[6] = p_sorted[1] * out[4]
+    out[7] = own[1].max()
+    return out
+
+
+def count_features(mention: str, probs: np.ndarray, n_parts: int, history_count: int,
+                   cands: list[Candidate] | None = None, parts: bool = False) -> np.ndarray:
+    base = _count_base(mention, probs, n_parts, history_count)
+    return np.concatenate([base, part_features(mention, cands, probs)]) if parts else base
+
+
+def _count_base(mention: str, probs: np.ndarray, n_parts: int, history_count: int) -> np.ndarray:
     p = np.sort(probs)[::-1] if len(probs) else np.zeros(0)
     top = np.zeros(6, dtype=np.float32)
     top[: min(6, len(p))] = p[:6]
@@ -162,14 +249,20 @@ def count_features(mention: str, probs: np.ndarray, n_parts: int, history_count:
 class LexicalRanker:
     """GBM pair scorer + GBM count classifier + approach A's output rule."""
 
-    def __init__(self, featurizer: PairFeaturizer, theta: float = THETA, seed: int = 0):
+    def __init__(self, featurizer: PairFeaturizer, theta: float = THETA, seed: int = 0,
+                 ensemble: int = ENSEMBLE, column_share: float = COLUMN_SHARE, count_parts: bool = True):
         self.featurizer = featurizer
         self.theta = theta
         self.rule = ("count", theta)
         self.seed = seed
         self.bag = 1
+        # the pair scorer: ``ensemble`` GBMs on random column subsets, averaged (1: one GBM, every column)
+        self.ensemble = ensemble
+        self.column_share = column_share
         self.pair_model = None
         self.count_model = None
+        # the count classifier also sees how the top candidates cover the mention's parts (part_features)
+        self.count_parts = count_parts
 
     # -- training -----------------------------------------------------------
     def fit(self, mentions, cand_lists, golds, n_parts, history_counts, weights=None,
@@ -196,25 +289,35 @@ class LexicalRanker:
             ws.append(np.ones(len(cands)) if weights is None else np.asarray(weights[i], dtype=np.float64))
         X, y, w = np.vstack(Xs), np.concatenate(ys), np.concatenate(ws)
         keep = w > 0
-        self.pair_model = self._pair_estimator()
-        self.pair_model.fit(X[keep], y[keep], sample_weight=None if weights is None else w[keep])
+        X, y, w = X[keep], y[keep], (None if weights is None else w[keep])
+        ensemble = getattr(self, "ensemble", 1)
+        if ensemble <= 1:
+            self.pair_model = self._pair_estimator().fit(X, y, sample_weight=w)
+        else:
+            rng = np.random.default_rng(self.seed)
+            d = X.shape[1]
+            width = max(1, min(d, int(round(self.column_share * d))))
+            columns = [np.sort(rng.choice(d, width, replace=False)) for _ in range(ensemble)]
+            self.pair_model = SubspaceEnsemble(
+                [self._pair_estimator(self.seed + j).fit(X[:, cols], y, sample_weight=w)
+                 for j, cols in enumerate(columns)], columns)
         if count_mask is not None:
             sel = [i for i, ok in enumerate(count_mask) if ok]
             mentions, cand_lists, golds, n_parts, history_counts = (
                 [seq[i] for i in sel] for seq in (mentions, cand_lists, golds, n_parts, history_counts))
         probs = self.score(mentions, cand_lists, n_parts)
-        CX = np.vstack([count_features(m, p, npart, hc)
-                        for m, p, npart, hc in zip(mentions, probs, n_parts, history_counts)])
+        CX = self._count_matrix(mentions, probs, n_parts, history_counts, cand_lists)
         cy = np.array([min(3, max(1, len(g))) for g in golds])
         self.count_model = HistGradientBoostingClassifier(max_iter=150, learning_rate=0.08, random_state=self.seed)
         self.count_model.fit(CX, cy)
         return self
 
-    def _pair_estimator(self):
+    def _pair_estimator(self, seed: int | None = None):
         from sklearn.ensemble import HistGradientBoostingClassifier
 
         return HistGradientBoostingClassifier(max_iter=300, learning_rate=0.08, max_leaf_nodes=31,
-                                              l2_regularization=1.0, random_state=self.seed)
+                                              l2_regularization=1.0,
+                                              random_state=self.seed if seed is None else seed)
 
     @classmethod
     def bagged(cls, members: list["LexicalRanker"]) -> "LexicalRanker":
@@ -225,7 +328,9 @@ class LexicalRanker:
         first = members[0]
         if any(m.featurizer.score_keys != first.featurizer.score_keys for m in members):
             raise ValueError("bagged rankers must share their features")
-        out = cls(first.featurizer, theta=first.theta, seed=first.seed)
+        out = cls(first.featurizer, theta=first.theta, seed=first.seed, ensemble=getattr(first, "ensemble", 1),
+                  column_share=getattr(first, "column_share", COLUMN_SHARE),
+                  count_parts=getattr(first, "count_parts", False))
         out.rule, out.bag = first.rule, len(members)
         out.pair_model = MeanProba([m.pair_model for m in members])
         out.count_model = MeanProba([m.count_model for m in members])
@@ -247,15 +352,39 @@ class LexicalRanker:
             pos += s
         return out
 
-    def count_probs(self, mentions, probs, n_parts, history_counts) -> np.ndarray:
-        CX = np.vstack([count_features(m, p, npart, hc)
-                        for m, p, npart, hc in zip(mentions, probs, n_parts, history_counts)])
+    def _count_matrix(self, mentions, probs, n_parts, history_counts, cand_lists=None) -> np.ndarray:
+        parts = getattr(self, "count_parts", False)
+        cand_lists = cand_lists if cand_lists is not None else [None] * len(mentions)
+        return np.vstack([count_features(m, p, npart, hc, cl, parts)
+                          for m, p, npart, hc, cl in zip(mentions, probs, n_parts, history_counts, cand_lists)])
+
+    def count_probs(self, mentions, probs, n_parts, history_counts, cand_lists=None) -> np.ndarray:
+        """P(1 / 2 / >=3 terms) per mention; ``cand_lists`` (aligned with ``probs``) feed the part features."""
+        CX = self._count_matrix(mentions, probs, n_parts, history_counts, cand_lists)
         with threadpool_limits(limits=1, user_api="openmp"):
             P = self.count_model.predict_proba(CX)
         full = np.zeros((len(mentions), 3))
         for j, cls in enumerate(self.count_model.classes_):
             full[:, int(cls) - 1] = P[:, j]
         return full
+
+
+class SubspaceEnsemble:
+    """Ho's random subspace method: the mean ``predict_proba`` of classifiers each fitted on its own
+    random subset of the feature columns (``columns[j]`` for ``estimators[j]``).
+
+    Why: variants of the pointwise GBM that score alike on Yidu-N7K (within 0.1 point) disagree on
+    ~3% of the mentions — near-ties decided by which features a tree happened to split on. Averaging
+    members that each miss some columns turns those coin flips into a vote (measured: README).
+    """
+
+    def __init__(self, estimators, columns):
+        self.estimators = list(estimators)
+        self.columns = [np.asarray(c) for c in columns]
+        self.classes_ = self.estimators[0].classes_
+
+    def predict_proba(self, X) -> np.ndarray:
+        return np.mean([e.predict_proba(X[:, c]) for e, c in zip(self.estimators, self.columns)], axis=0)
 
 
 class MeanProba:

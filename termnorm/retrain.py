@@ -292,7 +292,7 @@ def fit_with_pairs(engine, train: list[LabelledMention], confirmed_negatives: di
     calibrated on them. One ranker is fitted (no ``bag``: termnorm train lexical --bag is a CLI fit).
     """
     from termnorm.engine import _hash_mentions
-    from termnorm.lexrank import LexicalRanker, PairFeaturizer
+    from termnorm.lexrank import ENSEMBLE, LexicalRanker, PairFeaturizer
 
     say = progress or (lambda f, m: None)
     confirmed_negatives = confirmed_negatives or {}
@@ -360,13 +360,17 @@ def fit_with_pairs(engine, train: list[LabelledMention], confirmed_negatives: di
     say(0.5, "fitting the GBM ranker and count classifier")
     t1 = time.perf_counter()
     keys = sorted({k for cl in cand_lists for c in cl for k in c.scores})
-    feat = PairFeaturizer(keys, tagger=engine.tagger)
+    # the engine's ranker settings (termnorm train lexical) carry over; pipelines fitted before a setting
+    # existed get today's default
+    feat = PairFeaturizer(keys, tagger=engine.tagger, context=engine.meta.get("context_features", True))
+    ranker_kw = dict(ensemble=engine.meta.get("ranker_ensemble", ENSEMBLE),
+                     count_parts=engine.meta.get("part_count", True))
     count_mask = [bool(g) for g in golds]
     metric = engine.meta.get("output_rule_metric", "accuracy")
     rule, rule_scores = _select_output_rule(feat, texts, cand_lists, golds, n_parts, hcounts, weights, count_mask,
-                                            seed, metric=metric)
-    engine.lexranker = LexicalRanker(feat, seed=seed).fit(texts, cand_lists, golds, n_parts, hcounts,
-                                                          weights=weights, count_mask=count_mask)
+                                            seed, metric=metric, ranker_kw=ranker_kw)
+    engine.lexranker = LexicalRanker(feat, seed=seed, **ranker_kw).fit(texts, cand_lists, golds, n_parts, hcounts,
+                                                                       weights=weights, count_mask=count_mask)
     if rule is not None:
         engine.lexranker.rule = rule
         engine.meta.update(output_rule=list(rule), output_rule_metric=metric, output_rule_heldout=rule_scores)
@@ -379,13 +383,15 @@ def fit_with_pairs(engine, train: list[LabelledMention], confirmed_negatives: di
                   efn_heldout_mentions=n_held, recall_seconds=round(t_recall, 2),
                   fit_seconds=round(time.perf_counter() - t1, 2))
     engine.meta.update(train_size=len(pos), train_sha256=_hash_mentions(pos), score_keys=keys, ranker_bag=1,
+                       ranker_ensemble=ranker_kw["ensemble"], context_features=feat.context,
+                       part_count=ranker_kw["count_parts"],
                        fit_seconds=report["fit_seconds"], learning_loop=report)
     say(1.0, "fitted")
     return report
 
 
 def _select_output_rule(feat, texts, cand_lists, golds, n_parts, hcounts, weights, count_mask, seed: int,
-                        held_share: float = 0.2, metric: str = "accuracy"):
+                        held_share: float = 0.2, metric: str = "accuracy", ranker_kw: dict | None = None):
     """The output rule (termnorm.lexrank.select_rule) chosen as Engine.fit_lexical does: a probe ranker
     fitted on 80% of the mentions, the rule with the best ``metric`` on the other 20%.
     (None, {}) when this lexrank has no rule selection."""
@@ -403,10 +409,12 @@ def _select_output_rule(feat, texts, cand_lists, golds, n_parts, hcounts, weight
     def pick(xs, idx):
         return [xs[i] for i in idx]
 
-    probe = LexicalRanker(feat, seed=seed).fit(*(pick(a, fit_i) for a in (texts, cand_lists, golds, n_parts, hcounts)),
-                                               weights=pick(weights, fit_i), count_mask=pick(count_mask, fit_i))
+    probe = LexicalRanker(feat, seed=seed, **(ranker_kw or {})).fit(
+        *(pick(a, fit_i) for a in (texts, cand_lists, golds, n_parts, hcounts)),
+        weights=pick(weights, fit_i), count_mask=pick(count_mask, fit_i))
     hp = probe.score(pick(texts, out_i), pick(cand_lists, out_i), pick(n_parts, out_i))
-    hc = probe.count_probs(pick(texts, out_i), hp, pick(n_parts, out_i), pick(hcounts, out_i))
+    hc = probe.count_probs(pick(texts, out_i), hp, pick(n_parts, out_i), pick(hcounts, out_i),
+                           pick(cand_lists, out_i))
     return select_rule(pick(cand_lists, out_i), hp, hc, pick(golds, out_i), metric=metric)
 
 

@@ -1,0 +1,115 @@
+"""The GBM ranker's list-context features, part-coverage count features and subspace ensemble."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from termnorm.engine import Engine, demo_mentions, demo_vocabulary
+from termnorm.lexrank import (CONTEXT_KEYS, ENSEMBLE, PairFeaturizer, SubspaceEnsemble, count_features,
+                              part_features)
+from termnorm.records import Candidate
+
+
+def cand(tid: int, term: str, **scores) -> Candidate:
+    return Candidate(tid, term, 0.0, dict(scores), [])
+
+
+@pytest.fixture(scope="module")
+def demo():
+    vocab = demo_vocabulary("procedures")
+    mentions = [m for m in demo_mentions("procedures") if all(t in vocab for t in m.terms)]
+    return vocab, mentions
+
+
+def test_context_features_are_the_list_best_and_the_gap_to_it():
+    keys = ["clf", "history", "jaccard"]
+    cands = [cand(0, "甲状腺病损切除术", clf=0.2, history=0.9),
+             cand(1, "甲状腺全部切除术", clf=0.7, jaccard=0.5),
+             cand(2, "甲状腺探查术", history=0.4, jaccard=0.6)]
+    on = PairFeaturizer(keys, context=True)
+    off = PairFeaturizer(keys, context=False)
+    X, Y = on.transform("双侧甲状腺全切除", cands), off.transform("双侧甲状腺全切除", cands)
+    assert X.shape[1] == Y.shape[1] + 2 * len(keys) == on.n_features
+    assert np.array_equal(X[:, :Y.shape[1]], Y)  # the other features do not move
+    ctx = X[:, on.context_columns]
+    # every key here is a context key: best per key (same for each row), then each row's gap to it
+    assert set(keys) <= set(CONTEXT_KEYS)
+    assert np.allclose(ctx[:, :3], [[0.7, 0.9, 0.6]] * 3)
+    assert np.allclose(ctx[:, 3:], [[0.2 - 0.7, 0.0, 0.0 - 0.6], [0.0, 0.0 - 0.9, 0.5 - 0.6], [-0.7, 0.4 - 0.9, 0.0]])
+    # keys that are not context keys get no columns; a featurizer pickled before the option has none
+    assert PairFeaturizer(["exact", "bm25"]).context_columns == slice(2 * 2 + 14 + 9, 2 * 2 + 14 + 9)
+    old = PairFeaturizer(keys)
+    del old.context
+    assert old.n_features == off.n_features
+
+
+def test_part_features_tell_one_term_per_part_from_one_term_for_both():
+    probs = np.array([0.9, 0.6, 0.1])
+    per_part = part_features("尿道憩室切除+尿道成形术",
+                             [cand(0, "尿道成形术"), cand(1, "尿道病损切除术"), cand(2, "尿道扩张")], probs)
+    both = part_features("右甲状腺全切+左甲状腺次全切除术",
+                         [cand(0, "单侧甲状腺切除伴他叶部分切除术"), cand(1, "甲状腺全部切除术"),
+                          cand(2, "甲状腺探查术")], probs)
+    # the top term names the second part only (a third of the first part's characters), the runner-up
+    # the first part: they name different parts, and together they cover two thirds of the worst part
+    assert per_part[4] == 1.0 and per_part[0] == pytest.approx(1 / 3) and per_part[2] == pytest.approx(2 / 3)
+    # a combined term covers most of both parts by itself, and the runner-up names the same part
+    assert both[4] == 0.0 and both[0] > 0.7 > per_part[0]
+    assert per_part[6] == pytest.approx(0.6) and both[6] == 0.0  # runner-up's probability if another part
+    # one part, or fewer than two candidates: nothing to say
+    assert not part_features("尿道成形术", [cand(0, "尿道成形术"), cand(1, "尿道扩张")], probs[:2]).any()
+    assert not part_features("尿道憩室切除+尿道成形术", [cand(0, "尿道成形术")], probs[:1]).any()
+    base = count_features("尿道憩室切除+尿道成形术", probs, 2, 0)
+    full = count_features("尿道憩室切除+尿道成形术", probs, 2, 0,
+                          [cand(0, "尿道成形术"), cand(1, "尿道病损切除术"), cand(2, "尿道扩张")], parts=True)
+    assert np.array_equal(full[:len(base)], base) and np.array_equal(full[len(base):], per_part)
+
+
+def test_subspace_ensemble_averages_members_on_their_own_columns(demo):
+    vocab, mentions = demo
+    eng = Engine(vocab, history=mentions[:60])
+    eng.fit_lexical(mentions[:60], ensemble=3)
+    r = eng.lexranker
+    assert eng.meta["ranker_ensemble"] == 3 and eng.meta["context_features"] and eng.meta["part_count"]
+    model = r.pair_model
+    assert isinstance(model, SubspaceEnsemble) and len(model.estimators) == 3
+    d = r.featurizer.n_features
+    width = int(round(0.7 * d))
+    assert all(len(c) == width and len(set(c.tolist())) == width for c in model.columns)
+    assert len({tuple(c.tolist()) for c in model.columns}) == 3  # each member its own subset
+    texts = [m.text for m in mentions[60:80]]
+    cand_lists = eng.recall_batch(texts)
+    n_parts = [eng._n_parts(t) for t in texts]
+    X = np.vstack([r.featurizer.transform(t, c, p) for t, c, p in zip(texts, cand_lists, n_parts) if c])
+    each = [e.predict_proba(X[:, c])[:, 1] for e, c in zip(model.estimators, model.columns)]
+    assert np.allclose(np.concatenate(r.score(texts, cand_lists, n_parts)), np.mean(each, axis=0))
+    # members disagree somewhere (otherwise the ensemble would be one model three times)
+    assert max(np.abs(each[0] - e).max() for e in each[1:]) > 1e-6
+    with pytest.raises(ValueError, match="ensemble must be at least 1"):
+        eng.fit_lexical(mentions[:60], ensemble=0)
+
+
+def test_single_gbm_and_ablations_are_recorded_and_survive_save_load_and_export(demo, tmp_path):
+    vocab, mentions = demo
+    eng = Engine(vocab, history=mentions[:60])
+    eng.fit_lexical(mentions[:60], ensemble=1, context_features=False, part_count=False)
+    r = eng.lexranker
+    assert not isinstance(r.pair_model, SubspaceEnsemble) and r.count_parts is False
+    assert r.featurizer.context is False and r.featurizer.context_columns.stop == r.featurizer.context_columns.start
+    assert (eng.meta["ranker_ensemble"], eng.meta["context_features"], eng.meta["part_count"]) == (1, False, False)
+    texts = [m.text for m in mentions[60:90]]
+    want = [s.chosen for s in eng.suggest_batch(texts)]
+    assert [s.chosen for s in Engine.load(eng.save(tmp_path / "m")).suggest_batch(texts)] == want
+
+    full = Engine(vocab, history=mentions[:60])
+    full.fit_lexical(mentions[:60])  # the defaults: ENSEMBLE members, context and part features
+    assert isinstance(full.lexranker.pair_model, SubspaceEnsemble)
+    assert len(full.lexranker.pair_model.estimators) == ENSEMBLE
+    want = [(s.chosen, [c.term for c in s.candidates]) for s in full.suggest_batch(texts)]
+    full.export_ranker(tmp_path / "r.joblib")
+    cold = Engine(vocab, history=mentions[:60])
+    assert cold.use_pretrained_ranker(tmp_path / "r.joblib")
+    assert cold.lexranker.featurizer.context and cold.lexranker.count_parts
+    cold.term_classifier = full.term_classifier  # the export carries the ranker, not the classifier
+    assert [(s.chosen, [c.term for c in s.candidates]) for s in cold.suggest_batch(texts)] == want
