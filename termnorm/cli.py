@@ -208,7 +208,11 @@ def cmd_train(args) -> int:
 def cmd_encoder(args) -> int:
     from termnorm.encoder.build import cli_build
 
-    return cli_build(args.rest) or 0
+    if not args.rest or args.rest[0] != "build":
+        print("usage: termnorm encoder build [--cache DIR] [--add-chars-from FILE...] [--prune-to FILE...] "
+              "[--out DIR] [--verify] (see termnorm encoder build --help)", file=sys.stderr)
+        return 2
+    return cli_build(args.rest[1:]) or 0
 
 
 def cmd_app(args) -> int:
