@@ -21,6 +21,9 @@ approach A's ablations, plus ours:
                   whose shipped setting leaves the classifier out (``--no-term-classifier``: it cost
                   accuracy there), the row is ``with_termclf`` instead;
 - ``no_fusion``   the ranker's top-1 only: no count prediction, no output rule;
+- ``ensemble_3``, ``no_context``, ``no_part_count``  the ranker's own options (``--ensemble 3``,
+                  ``--no-context-features``, ``--no-part-count``), refitted on the ``full`` row's candidates;
+                  ``benchmarks/cv.py`` measures them on five times as many mentions;
 - ``no_history``  history recall and the sieve removed;
 - ``no_split``    multi-part mentions not split.
 
@@ -55,6 +58,9 @@ SETS = {
              "ncbi-disease/NCBIdevelopset_corpus.txt",
              dict(recall_profile="wide", max_candidates=None, rule_metric="accuracy", term_classifier=False)),
 }
+#: rows that change only the GBM ranker's options (Engine.fit_ranker on the ``full`` row's candidates)
+RANKER_ROWS = {"ensemble_3": dict(ensemble=3), "no_context": dict(context_features=False),
+               "no_part_count": dict(part_count=False)}
 KEYS = ["accuracy", "micro_f1", "recall_at_10", "candidate_recall", "mean_candidates", "count_accuracy",
         "mentions_per_second"]
 
@@ -93,16 +99,14 @@ def run_set(name: str, data: Path, ablations: bool, dense_dir: str | None = None
         t0 = time.perf_counter()
         eng, train, test = build(**build_kw)
         if how["ranker"]:
-            eng.fit_lexical(train, progress=False, rule_metric=settings["rule_metric"],
-                            keyword_features=how.get("keyword_features", True),
-                            surface_diff=how.get("surface_diff", True),
-                            term_classifier=how.get("term_classifier", settings.get("term_classifier", True)))
+            train = [m for m in train if m.terms]
+            splits = eng.ranker_training_data(
+                train, keyword_features=how.get("keyword_features", True), surface_diff=how.get("surface_diff", True),
+                term_classifier=how.get("term_classifier", settings.get("term_classifier", True)))
+            eng.fit_ranker(splits, rule_metric=settings["rule_metric"],
+                           keyword_features=how.get("keyword_features", True))
         fit_s = time.perf_counter() - t0
-        rep = evaluate_engine(eng, test, stage="full" if how["ranker"] else "recall")
-        rep.pop("errors", None)
-        rep["setup_and_fit_seconds"] = round(fit_s, 1)
-        if how["ranker"]:
-            rep["output_rule"] = eng.meta.get("output_rule")
+        rep = _report(eng, test, how["ranker"], fit_s)
         out[label] = rep
         _show(name, label, rep)
         if label == "full" and ablations:  # no fusion: the same fitted ranker, its top-1 only
@@ -112,7 +116,22 @@ def run_set(name: str, data: Path, ablations: bool, dense_dir: str | None = None
                                       [[c.term for c in s.candidates] for s in sugs])
             out["no_fusion"] = nf
             _show(name, "no_fusion", nf)
+            # the ranker's own options: refitted on the same candidates, scorer and classifier
+            for row, kw in RANKER_ROWS.items():
+                t0 = time.perf_counter()
+                eng.fit_ranker(splits, rule_metric=settings["rule_metric"], **kw)
+                out[row] = _report(eng, test, True, time.perf_counter() - t0)
+                _show(name, row, out[row])
     return out
+
+
+def _report(eng, test, ranker: bool, fit_s: float) -> dict:
+    rep = evaluate_engine(eng, test, stage="full" if ranker else "recall")
+    rep.pop("errors", None)
+    rep["setup_and_fit_seconds"] = round(fit_s, 1)
+    if ranker:
+        rep["output_rule"] = eng.meta.get("output_rule")
+    return rep
 
 
 def _show(name, label, rep):

@@ -35,7 +35,7 @@ def _add_data_args(p, need_train=False):
                         "accuracy across seeds; N times the fit time; benchmarks/seeds.py)")
     p.add_argument("--ensemble", type=_positive_int, default=None,
                    help="GBMs in the pair scorer, each on a random 70%% of the feature columns, averaged "
-                        "(default 3; 1 = one GBM on every column)")
+                        "(default 1: one GBM on every column; benchmarks/cv.py measures 3)")
     p.add_argument("--no-context-features", action="store_true",
                    help="fit the ranker without the list-context features (each score's best value among the "
                         "mention's candidates and the gap to it; an ablation)")

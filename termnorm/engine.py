@@ -240,7 +240,7 @@ class Engine:
         mean less so. The first member chooses the output rule and calibrates the confidence; the
         surface-difference scorer of the first split serves at inference. ``bag`` times the fit time.
         ``ensemble``: GBMs in the pair scorer, each on a random 70% of the feature columns, averaged
-        (default :data:`termnorm.lexrank.ENSEMBLE`; 1 = one GBM on every column, an ablation).
+        (default :data:`termnorm.lexrank.ENSEMBLE`, 1: one GBM on every column).
         ``context_features=False`` leaves out the list-context features (termnorm.lexrank.CONTEXT_KEYS),
         ``part_count=False`` the count classifier's part-coverage features (termnorm.lexrank.part_features).
         """

@@ -43,8 +43,12 @@ THETA = 0.5
 SITE_TYPE = ("site", "type", "nature")
 
 #: GBMs in the pair scorer and the share of the feature columns each sees (:class:`SubspaceEnsemble`).
-#: 5-fold cross-validation over Yidu-N7K train + val (5,000 mentions): README, ``benchmarks/accuracy.py --cv``.
-ENSEMBLE = 3
+#: One by default: with the list-context features, 3 GBMs on 70% of the columns each were +0.1 point
+#: of exact-set accuracy over one GBM on 5,000 Yidu-N7K mentions cross-validated, in each of two seeds
+#: (``benchmarks/cv.py``, row ``ensemble_3``; within noise) for three times the fitting time, and
+#: *without* those features they cost 0.6-0.7 points (a member missing the few columns that carry
+#: the term classifier is weak). Selectable: ``termnorm train lexical --ensemble N``.
+ENSEMBLE = 1
 COLUMN_SHARE = 0.7
 
 #: Scores that also get *list-context* features: the best value among the mention's candidates (how
@@ -374,8 +378,9 @@ class SubspaceEnsemble:
     random subset of the feature columns (``columns[j]`` for ``estimators[j]``).
 
     Why: variants of the pointwise GBM that score alike on Yidu-N7K (within 0.1 point) disagree on
-    ~3% of the mentions — near-ties decided by which features a tree happened to split on. Averaging
-    members that each miss some columns turns those coin flips into a vote (measured: README).
+    ~2% of the mentions — near-ties decided by which features a tree happened to split on; averaging
+    members that each miss some columns turns those coin flips into a vote. Measured gain: see
+    :data:`ENSEMBLE` (small, so it is an option, not the default).
     """
 
     def __init__(self, estimators, columns):

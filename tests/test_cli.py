@@ -73,7 +73,7 @@ def test_train_lexical_save_and_evaluate_with_model(demo_split, tmp_path):
     assert cfg["output_rule_metric"] == "micro_f1"
     assert cfg["surface_diff"] is True and "surface-diff" in cfg["stages"]
     assert cfg["term_classifier"] is True and "term-classifier" in cfg["stages"] and "clf" in cfg["score_keys"]
-    assert (cfg["ranker_ensemble"], cfg["context_features"], cfg["part_count"]) == (3, True, True)
+    assert (cfg["ranker_ensemble"], cfg["context_features"], cfg["part_count"]) == (1, True, True)
     assert (tmp_path / "r.joblib").stat().st_size > 0
     run("evaluate", "--model", str(tmp_path / "m"), "--test", str(d / "test.csv"), "--stage", "full",
         "--report", str(tmp_path / "e.json"))
@@ -81,9 +81,9 @@ def test_train_lexical_save_and_evaluate_with_model(demo_split, tmp_path):
     assert e["n"] == n_test and 1 < e["mean_candidates"] <= 6  # the saved pipeline keeps its candidate budget
     run("train", "lexical", "--vocab", str(DEMO / "procedures.csv"), "--train", str(d / "train.csv"),
         "--out", str(tmp_path / "m2"), "--no-surface-diff", "--no-term-classifier", "--bag", "2", "--seed", "5",
-        "--ensemble", "1", "--no-context-features", "--no-part-count")
+        "--ensemble", "2", "--no-context-features", "--no-part-count")
     cfg = json.loads((tmp_path / "m2" / "config.json").read_text(encoding="utf-8"))
-    assert (cfg["ranker_ensemble"], cfg["context_features"], cfg["part_count"]) == (1, False, False)
+    assert (cfg["ranker_ensemble"], cfg["context_features"], cfg["part_count"]) == (2, False, False)
     assert cfg["surface_diff"] is False and "surface-diff" not in cfg["stages"]
     assert cfg["term_classifier"] is False and "term-classifier" not in cfg["stages"]
     assert "diff" not in cfg["score_keys"] and "clf" not in cfg["score_keys"]

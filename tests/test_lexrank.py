@@ -90,22 +90,23 @@ def test_subspace_ensemble_averages_members_on_their_own_columns(demo):
         eng.fit_lexical(mentions[:60], ensemble=0)
 
 
-def test_single_gbm_and_ablations_are_recorded_and_survive_save_load_and_export(demo, tmp_path):
+def test_options_are_recorded_and_survive_save_load_and_export(demo, tmp_path):
     vocab, mentions = demo
-    eng = Engine(vocab, history=mentions[:60])
-    eng.fit_lexical(mentions[:60], ensemble=1, context_features=False, part_count=False)
-    r = eng.lexranker
-    assert not isinstance(r.pair_model, SubspaceEnsemble) and r.count_parts is False
-    assert r.featurizer.context is False and r.featurizer.context_columns.stop == r.featurizer.context_columns.start
-    assert (eng.meta["ranker_ensemble"], eng.meta["context_features"], eng.meta["part_count"]) == (1, False, False)
     texts = [m.text for m in mentions[60:90]]
+    eng = Engine(vocab, history=mentions[:60])
+    eng.fit_lexical(mentions[:60], context_features=False, part_count=False)
+    r = eng.lexranker
+    assert ENSEMBLE == 1 and r.ensemble == 1 and not isinstance(r.pair_model, SubspaceEnsemble)
+    assert r.count_parts is False and r.featurizer.context is False
+    assert r.featurizer.context_columns.stop == r.featurizer.context_columns.start
+    assert (eng.meta["ranker_ensemble"], eng.meta["context_features"], eng.meta["part_count"]) == (1, False, False)
     want = [s.chosen for s in eng.suggest_batch(texts)]
     assert [s.chosen for s in Engine.load(eng.save(tmp_path / "m")).suggest_batch(texts)] == want
 
     full = Engine(vocab, history=mentions[:60])
-    full.fit_lexical(mentions[:60])  # the defaults: ENSEMBLE members, context and part features
-    assert isinstance(full.lexranker.pair_model, SubspaceEnsemble)
-    assert len(full.lexranker.pair_model.estimators) == ENSEMBLE
+    full.fit_lexical(mentions[:60], ensemble=2)
+    assert isinstance(full.lexranker.pair_model, SubspaceEnsemble) and len(full.lexranker.pair_model.estimators) == 2
+    assert full.meta["context_features"] and full.meta["part_count"]
     want = [(s.chosen, [c.term for c in s.candidates]) for s in full.suggest_batch(texts)]
     full.export_ranker(tmp_path / "r.joblib")
     cold = Engine(vocab, history=mentions[:60])

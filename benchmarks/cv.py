@@ -1,0 +1,165 @@
+"""Cross-validated accuracy of the ranker settings: 5,000 test mentions instead of 1,000.
+
+    python3 benchmarks/cv.py [--data ../shared/data] [--sets yidu] [--folds 0,1,2,3,4] [--jobs 2]
+                             [--seed 0] [--out benchmarks/results/cv.json]
+
+Why: on the 1,000 Yidu-N7K val mentions one accuracy figure has a sampling
+error of about one point (sqrt(0.88 * 0.12 / 1000)), and two ranker
+settings that score alike still disagree on ~3% of the mentions, so a
+single val run cannot tell a +0.5 point change from noise. Here every
+labelled mention of the set is a test mention once:
+
+- outer fold 0 is the official split (train -> val / dev);
+- outer folds 1-4 each hold out a quarter of the training file (a fixed
+  permutation) and train on the rest of it *plus* the val / dev file,
+
+so each fold trains on as many coded mentions as the official split. Per
+outer fold the recall candidates, surface-difference scorer and term
+classifier are fitted once (``Engine.ranker_training_data``); every row
+then fits its own ranker on them (``Engine.fit_ranker``):
+
+- ``shipped``        the defaults (``termnorm train lexical``): list-context features, part-coverage
+                     count features, one GBM;
+- ``ensemble_3``     the pair scorer a random-subspace ensemble of 3 GBMs (``--ensemble 3``);
+- ``no_context``     without the list-context features (``--no-context-features``);
+- ``no_part_count``  without the count classifier's part-coverage features (``--no-part-count``);
+- ``before``         neither feature set: the ranker as it was before them.
+
+For each row: pooled exact-set accuracy and micro-F1, per-fold accuracy, and
+against ``shipped`` the mentions only one of the two gets right with a
+two-sided sign test (scipy's binomtest) on them. Prints a table and writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks._results import write_json  # noqa: E402
+
+#: the rows: keyword arguments of Engine.fit_ranker on top of the set's settings
+ROWS = {
+    "shipped": {},
+    "ensemble_3": dict(ensemble=3),
+    "no_context": dict(context_features=False),
+    "no_part_count": dict(part_count=False),
+    "before": dict(context_features=False, part_count=False),
+}
+#: the permutation of the training file that cuts outer folds 1-4
+SPLIT_SEED = 2026
+
+
+def outer_fold(train: list, dev: list, k: int) -> tuple[list, list]:
+    """(training mentions, test mentions) of outer fold ``k``: 0 the official split, 1-4 a quarter of the
+    training file held out, the rest of it and the dev file trained on."""
+    if k == 0:
+        return list(train), list(dev)
+    quarter = np.random.default_rng(SPLIT_SEED).permutation(len(train)) % 4
+    return ([m for m, q in zip(train, quarter) if q != k - 1] + list(dev),
+            [m for m, q in zip(train, quarter) if q == k - 1])
+
+
+def run_fold(name: str, data: str, k: int, seed: int) -> dict:
+    """Fit the candidates once and every row's ranker on outer fold ``k``; per row, per test mention:
+    right or not, and the pair counts of micro-F1."""
+    from benchmarks.accuracy import SETS
+    from termnorm.engine import Engine
+    from termnorm.io import load_labelled, load_vocabulary
+
+    vpath, trpath, tepath, settings = SETS[name]
+    data = Path(data)
+    vocab = load_vocabulary(data / vpath)
+    train, test = outer_fold(load_labelled(data / trpath, vocab).mentions,
+                             load_labelled(data / tepath, vocab).mentions, k)
+    t0 = time.perf_counter()
+    eng = Engine(vocab, history=train, keyword_dir=data / "keywords" if name != "ncbi" else None,
+                 recall_profile=settings["recall_profile"], max_candidates=settings["max_candidates"])
+    splits = eng.ranker_training_data(train, seed=seed, term_classifier=settings.get("term_classifier", True))
+    out = {"fold": k, "train": len(train), "test": len(test), "candidates_seconds": round(time.perf_counter() - t0, 1),
+           "rows": {}}
+    texts = [m.text for m in test]
+    for row, kw in ROWS.items():
+        t1 = time.perf_counter()
+        eng.fit_ranker(splits, seed=seed, rule_metric=settings["rule_metric"], **kw)
+        sugs = eng.suggest_batch(texts)
+        right, tp, n_pred, n_gold = [], 0, 0, 0
+        for s, m in zip(sugs, test):
+            chosen, gold = set(s.chosen), set(m.terms)
+            right.append(chosen == gold)
+            tp += len(chosen & gold)
+            n_pred += len(chosen)
+            n_gold += len(gold)
+        out["rows"][row] = {"right": right, "tp": tp, "n_pred": n_pred, "n_gold": n_gold,
+                            "seconds": round(time.perf_counter() - t1, 1)}
+    return out
+
+
+def summarize(folds: list[dict]) -> dict:
+    from scipy.stats import binomtest
+
+    folds = sorted(folds, key=lambda f: f["fold"])
+    ref = np.concatenate([f["rows"]["shipped"]["right"] for f in folds])
+    rows = {}
+    for row in ROWS:
+        right = np.concatenate([f["rows"][row]["right"] for f in folds])
+        tp = sum(f["rows"][row]["tp"] for f in folds)
+        pred = sum(f["rows"][row]["n_pred"] for f in folds)
+        gold = sum(f["rows"][row]["n_gold"] for f in folds)
+        only_row, only_ref = int((right & ~ref).sum()), int((~right & ref).sum())
+        rows[row] = {
+            "accuracy": round(float(right.mean()), 4), "micro_f1": round(2 * tp / max(1, pred + gold), 4),
+            "per_fold_accuracy": {f["fold"]: round(float(np.mean(f["rows"][row]["right"])), 4) for f in folds},
+            "right_only_here": only_row, "right_only_in_shipped": only_ref,
+            "sign_test_p": (round(float(binomtest(only_row, only_row + only_ref).pvalue), 4)
+                            if only_row + only_ref else 1.0),
+            "ranker_fit_and_predict_seconds": round(sum(f["rows"][row]["seconds"] for f in folds), 1)}
+    return {"mentions": int(len(ref)), "folds": [{k: f[k] for k in ("fold", "train", "test", "candidates_seconds")}
+                                                 for f in folds], "rows": rows}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
+    ap.add_argument("--sets", default="yidu")
+    ap.add_argument("--folds", default="0,1,2,3,4", help="outer folds to run (0 = the official split)")
+    ap.add_argument("--jobs", type=int, default=2, help="outer folds fitted side by side (one process each)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "cv.json"))
+    args = ap.parse_args(argv)
+    from tqdm import tqdm
+
+    folds = [int(k) for k in args.folds.split(",")]
+    bad = [k for k in folds if not 0 <= k <= 4]
+    if bad:
+        ap.error(f"outer folds are 0-4, got {bad}")
+    results = {"command": "python3 benchmarks/cv.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+               "machine": {"python": platform.python_version(), "platform": platform.platform()},
+               "rows": {k: v or "defaults" for k, v in ROWS.items()}, "results": {}}
+    t0 = time.perf_counter()
+    for name in args.sets.split(","):
+        with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            jobs = [pool.submit(run_fold, name, args.data, k, args.seed) for k in folds]
+            done = [j.result() for j in tqdm(jobs, desc=f"{name}: outer folds")]
+        res = results["results"][name] = summarize(done)
+        print(f"{name}: {res['mentions']} test mentions over folds {folds}")
+        print(f"  {'row':14s} {'accuracy':>8s} {'micro-F1':>8s}  only here / only shipped   sign test p   per fold")
+        for row, r in res["rows"].items():
+            print(f"  {row:14s} {r['accuracy']:8.4f} {r['micro_f1']:8.4f}  {r['right_only_here']:9d} / "
+                  f"{r['right_only_in_shipped']:<12d} {r['sign_test_p']:9.4f}   "
+                  + " ".join(f"{v:.3f}" for v in r["per_fold_accuracy"].values()), flush=True)
+    results["seconds"] = round(time.perf_counter() - t0, 1)
+    write_json(args.out, results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
