@@ -117,9 +117,9 @@ def run_set(name: str, data: Path, ablations: bool, dense_dir: str | None = None
             out["no_fusion"] = nf
             _show(name, "no_fusion", nf)
             # the ranker's own options: refitted on the same candidates, scorer and classifier
-            for row, kw in RANKER_ROWS.items():
+            for row, options in RANKER_ROWS.items():
                 t0 = time.perf_counter()
-                eng.fit_ranker(splits, rule_metric=settings["rule_metric"], **kw)
+                eng.fit_ranker(splits, rule_metric=settings["rule_metric"], **options)
                 out[row] = _report(eng, test, True, time.perf_counter() - t0)
                 _show(name, row, out[row])
     return out

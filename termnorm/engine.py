@@ -425,7 +425,8 @@ class Engine:
         probe = LexicalRanker(feat, seed=seed, **ranker_kw).fit(
             *(sel(a, False) for a in (mentions, cand_lists, golds, n_parts, hcounts)))
         hp = probe.score(sel(mentions, True), sel(cand_lists, True), sel(n_parts, True))
-        hc = probe.count_probs(sel(mentions, True), hp, sel(n_parts, True), sel(hcounts, True), sel(cand_lists, True))
+        hc = probe.count_probs(sel(mentions, True), hp, sel(n_parts, True), sel(hcounts, True),
+                               sel(cand_lists, True))
         rule, rule_scores = select_rule(sel(cand_lists, True), hp, hc, sel(golds, True), metric=rule_metric)
         probe.rule = rule
         self.lexranker = probe

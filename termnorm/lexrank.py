@@ -56,7 +56,7 @@ COLUMN_SHARE = 0.7
 #: candidate's gap to it. A pointwise ranker otherwise sees one candidate at a time and cannot tell a
 #: history score of 0.6 on an unfamiliar mention (trust the lexical match) from one on a mention whose
 #: best coded neighbour scores 0.95. Measured by 5-fold cross-validation over Yidu-N7K train + val
-#: (``benchmarks/accuracy.py --cv``): see the README.
+#: (``benchmarks/cv.py``, row ``no_context``): see the README.
 CONTEXT_KEYS = ("history", "history_jaccard", "tfidf", "jaccard", "clf", "diff")
 
 
@@ -194,8 +194,8 @@ def _lcs_len(a: str, b: str) -> int:
 
 #: Characters that say nothing about which part of a mention a term names (laterality, "operation").
 _PART_STOP = set("左右双单侧术行及和与并的下")
-#: Count features from :func:`part_features` (0: the original 12 features only; rankers pickled before
-#: them have no ``count_parts`` attribute and keep using those).
+#: Features :func:`part_features` adds to the count classifier's (rankers pickled before them have no
+#: ``count_parts`` attribute and count from the others alone).
 N_PART_FEATURES = 8
 
 
