@@ -1,7 +1,9 @@
 """Cross-validated accuracy of the ranker settings: 5,000 test mentions instead of 1,000.
 
     python3 benchmarks/cv.py [--data ../shared/data] [--sets yidu] [--folds 0,1,2,3,4] [--jobs 2]
-                             [--seed 0] [--out benchmarks/results/cv.json]
+                             [--seed 0] [--rows shipped,ensemble_3,...] [--out benchmarks/results/cv.json]
+    python3 benchmarks/cv.py --rows shipped,no_keywords,no_diff,no_termclf \
+                             --out benchmarks/results/cv_ablations.json
 
 Why: on the 1,000 Yidu-N7K val mentions one accuracy figure has a sampling
 error of about one point (sqrt(0.88 * 0.12 / 1000)), and two ranker
@@ -16,7 +18,8 @@ labelled mention of the set is a test mention once:
 so each fold trains on as many coded mentions as the official split. Per
 outer fold the recall candidates, surface-difference scorer and term
 classifier are fitted once (``Engine.ranker_training_data``); every row
-then fits its own ranker on them (``Engine.fit_ranker``):
+then fits its own ranker on them (``Engine.fit_ranker``). Rows run by default
+(``--rows``):
 
 - ``shipped``        the defaults (``termnorm train lexical``): list-context features, part-coverage
                      count features, one GBM;
@@ -24,6 +27,14 @@ then fits its own ranker on them (``Engine.fit_ranker``):
 - ``no_context``     without the list-context features (``--no-context-features``);
 - ``no_part_count``  without the count classifier's part-coverage features (``--no-part-count``);
 - ``before``         neither feature set: the ranker as it was before them.
+
+Rows that change what the candidates carry refit those per outer fold too
+(one more ``ranker_training_data`` each, about as long as the fold's first):
+
+- ``no_keywords``    no keyword features in the ranker or the surface scorer (approach A's ablation);
+- ``no_diff``        without the surface-difference scorer;
+- ``no_termclf``     without the per-term text classifier;
+- ``no_split``       multi-part mentions not split (``Engine(split=False)``).
 
 For each row: pooled exact-set accuracy and micro-F1, per-fold accuracy, and
 against ``shipped`` the mentions only one of the two gets right with a
@@ -46,14 +57,22 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks._results import write_json  # noqa: E402
 
-#: the rows: keyword arguments of Engine.fit_ranker on top of the set's settings
+#: the rows: keyword arguments of Engine.fit_ranker (and, for DATA_OPTIONS, of
+#: Engine.ranker_training_data) on top of the set's settings
 ROWS = {
     "shipped": {},
     "ensemble_3": dict(ensemble=3),
     "no_context": dict(context_features=False),
     "no_part_count": dict(part_count=False),
     "before": dict(context_features=False, part_count=False),
+    "no_keywords": dict(keyword_features=False),
+    "no_diff": dict(surface_diff=False),
+    "no_termclf": dict(term_classifier=False),
+    "no_split": dict(split=False),
 }
+DEFAULT_ROWS = ("shipped", "ensemble_3", "no_context", "no_part_count", "before")
+#: options that change the candidates' scores: a row with any of them gets its own training data
+DATA_OPTIONS = ("keyword_features", "surface_diff", "term_classifier", "split")
 #: the permutation of the training file that cuts outer folds 1-4
 SPLIT_SEED = 2026
 
@@ -68,7 +87,7 @@ def outer_fold(train: list, dev: list, k: int) -> tuple[list, list]:
             [m for m, q in zip(train, quarter) if q == k - 1])
 
 
-def run_fold(name: str, data: str, k: int, seed: int) -> dict:
+def run_fold(name: str, data: str, k: int, seed: int, rows: tuple[str, ...] = DEFAULT_ROWS) -> dict:
     """Fit the candidates once and every row's ranker on outer fold ``k``; per row, per test mention:
     right or not, and the pair counts of micro-F1."""
     from benchmarks.accuracy import SETS
@@ -80,27 +99,43 @@ def run_fold(name: str, data: str, k: int, seed: int) -> dict:
     vocab = load_vocabulary(data / vpath)
     train, test = outer_fold(load_labelled(data / trpath, vocab).mentions,
                              load_labelled(data / tepath, vocab).mentions, k)
-    t0 = time.perf_counter()
-    eng = Engine(vocab, history=train, keyword_dir=data / "keywords" if name != "ncbi" else None,
-                 recall_profile=settings["recall_profile"], max_candidates=settings["max_candidates"])
-    splits = eng.ranker_training_data(train, seed=seed, term_classifier=settings.get("term_classifier", True))
-    out = {"fold": k, "train": len(train), "test": len(test), "candidates_seconds": round(time.perf_counter() - t0, 1),
-           "rows": {}}
+    defaults = {"term_classifier": settings.get("term_classifier", True)}
+    out = {"fold": k, "train": len(train), "test": len(test), "rows": {}}
     texts = [m.text for m in test]
-    for row, kw in ROWS.items():
-        t1 = time.perf_counter()
-        eng.fit_ranker(splits, seed=seed, rule_metric=settings["rule_metric"], **kw)
-        sugs = eng.suggest_batch(texts)
-        right, tp, n_pred, n_gold = [], 0, 0, 0
-        for s, m in zip(sugs, test):
-            chosen, gold = set(s.chosen), set(m.terms)
-            right.append(chosen == gold)
-            tp += len(chosen & gold)
-            n_pred += len(chosen)
-            n_gold += len(gold)
-        out["rows"][row] = {"right": right, "tp": tp, "n_pred": n_pred, "n_gold": n_gold,
-                            "seconds": round(time.perf_counter() - t1, 1)}
+    # rows grouped by their training data: the plain rows share one fit of the candidates
+    groups: dict[tuple, list[str]] = {}
+    for row in rows:
+        data_kw = {**defaults, **{o: v for o, v in ROWS[row].items() if o in DATA_OPTIONS}}
+        groups.setdefault(tuple(sorted(data_kw.items())), []).append(row)
+    for data_kw, group in groups.items():
+        t0 = time.perf_counter()
+        eng = Engine(vocab, history=train, keyword_dir=data / "keywords" if name != "ncbi" else None,
+                     recall_profile=settings["recall_profile"], max_candidates=settings["max_candidates"],
+                     split=dict(data_kw).get("split", True))
+        splits = eng.ranker_training_data(train, seed=seed, **{o: v for o, v in data_kw if o != "split"})
+        if "candidates_seconds" not in out:
+            out["candidates_seconds"] = round(time.perf_counter() - t0, 1)
+        for row in group:
+            _fit_and_score(eng, splits, row, seed, settings, texts, test, out, dict(data_kw))
     return out
+
+
+def _fit_and_score(eng, splits, row, seed, settings, texts, test, out, data_kw) -> None:
+    """Fit ``row``'s ranker on ``splits`` and record, per test mention, whether its answer is right."""
+    kw = {o: v for o, v in ROWS[row].items() if o not in DATA_OPTIONS}
+    kw["keyword_features"] = data_kw.get("keyword_features", True)
+    t1 = time.perf_counter()
+    eng.fit_ranker(splits, seed=seed, rule_metric=settings["rule_metric"], **kw)
+    sugs = eng.suggest_batch(texts)
+    right, tp, n_pred, n_gold = [], 0, 0, 0
+    for s, m in zip(sugs, test):
+        chosen, gold = set(s.chosen), set(m.terms)
+        right.append(chosen == gold)
+        tp += len(chosen & gold)
+        n_pred += len(chosen)
+        n_gold += len(gold)
+    out["rows"][row] = {"right": right, "tp": tp, "n_pred": n_pred, "n_gold": n_gold,
+                        "seconds": round(time.perf_counter() - t1, 1)}
 
 
 def summarize(folds: list[dict]) -> dict:
@@ -109,7 +144,7 @@ def summarize(folds: list[dict]) -> dict:
     folds = sorted(folds, key=lambda f: f["fold"])
     ref = np.concatenate([f["rows"]["shipped"]["right"] for f in folds])
     rows = {}
-    for row in ROWS:
+    for row in folds[0]["rows"]:
         right = np.concatenate([f["rows"][row]["right"] for f in folds])
         tp = sum(f["rows"][row]["tp"] for f in folds)
         pred = sum(f["rows"][row]["n_pred"] for f in folds)
@@ -133,6 +168,8 @@ def main(argv=None) -> int:
     ap.add_argument("--folds", default="0,1,2,3,4", help="outer folds to run (0 = the official split)")
     ap.add_argument("--jobs", type=int, default=2, help="outer folds fitted side by side (one process each)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rows", default=",".join(DEFAULT_ROWS),
+                    help=f"rows to measure, 'shipped' first (of: {', '.join(ROWS)})")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "cv.json"))
     args = ap.parse_args(argv)
     from tqdm import tqdm
@@ -141,13 +178,17 @@ def main(argv=None) -> int:
     bad = [k for k in folds if not 0 <= k <= 4]
     if bad:
         ap.error(f"outer folds are 0-4, got {bad}")
+    rows = tuple(args.rows.split(","))
+    unknown = [r for r in rows if r not in ROWS]
+    if unknown or rows[0] != "shipped":
+        ap.error(f"--rows: 'shipped' first, then any of {', '.join(ROWS)}; got {args.rows}")
     results = {"command": "python3 benchmarks/cv.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                "machine": {"python": platform.python_version(), "platform": platform.platform()},
-               "rows": {k: v or "defaults" for k, v in ROWS.items()}, "results": {}}
+               "rows": {k: ROWS[k] or "defaults" for k in rows}, "results": {}}
     t0 = time.perf_counter()
     for name in args.sets.split(","):
         with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            jobs = [pool.submit(run_fold, name, args.data, k, args.seed) for k in folds]
+            jobs = [pool.submit(run_fold, name, args.data, k, args.seed, rows) for k in folds]
             done = [j.result() for j in tqdm(jobs, desc=f"{name}: outer folds")]
         res = results["results"][name] = summarize(done)
         print(f"{name}: {res['mentions']} test mentions over folds {folds}")
