@@ -274,8 +274,6 @@ class Engine:
         classifier. :meth:`fit_ranker` then fits the GBM on the splits, as often as wanted (the
         cross-validation benchmark fits several ranker settings on one set of candidates).
         """
-        import copy
-
         train = [m for m in train if m.terms]
         splits, scorer, surface_s = [], None, 0.0
         for r in range(bag):
@@ -289,9 +287,8 @@ class Engine:
                              keywords=keyword_features)
             scorer = scorer if r else self.diff_scorer
             surface_s += self.meta.get("surface_diff_seconds", 0.0)
-            # the rng draws the held-out mentions of the output rule: a copy per fit keeps refits identical
-            splits.append((mentions, cand_lists, golds, [self._n_parts(m) for m in mentions], hcounts,
-                           copy.deepcopy(rng)))
+            # the rng draws the held-out mentions of the output rule (fit_ranker copies it per fit)
+            splits.append((mentions, cand_lists, golds, [self._n_parts(m) for m in mentions], hcounts, rng))
         self.diff_scorer = scorer
         if surface_diff:
             self.meta["surface_diff_seconds"] = round(surface_s, 2)
@@ -314,7 +311,7 @@ class Engine:
         keys = sorted({k for sp in splits for cl in sp[1] for c in cl for k in c.scores})
         feat = PairFeaturizer(keys, tagger=self.tagger, keywords=keyword_features, context=context_features)
         t0 = time.perf_counter()
-        first = (*splits[0][:5], copy.deepcopy(splits[0][5]))
+        first = (*splits[0][:5], copy.deepcopy(splits[0][5]))  # refits on the same splits stay identical
         with threadpool_limits(limits=_fit_threads(), user_api="openmp"):
             self._fit_ranker(feat, *first, seed, rule_metric, ranker_kw)
             if len(splits) > 1:
@@ -437,9 +434,16 @@ class Engine:
         self.meta.update(output_rule=list(rule), output_rule_metric=rule_metric, output_rule_heldout=rule_scores)
 
     def _fit_confidence(self, mentions, cand_lists, golds, n_parts, hcounts) -> None:
-        """Platt-style calibration of P(whole answer right) on held-out predictions."""
+        """Platt-style calibration of P(whole answer right) on held-out predictions.
+
+        Ranks copies: ranking writes the ranker's probability into each candidate, and the training
+        candidates are fitted again (the final fit, refits of :meth:`fit_ranker` on the same splits),
+        where a ``ranker`` score would become a feature leaking this probe's predictions."""
+        from dataclasses import replace
+
         from sklearn.linear_model import LogisticRegression
 
+        cand_lists = [[replace(c, scores=dict(c.scores)) for c in cl] for cl in cand_lists]
         preds = self._rank_and_choose(mentions, cand_lists, n_parts, hcounts)
         X = np.array([p[3] for p in preds])
         y = np.array([set(p[1]) == set(g) for p, g in zip(preds, golds)], dtype=int)
