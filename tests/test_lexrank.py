@@ -114,3 +114,20 @@ def test_options_are_recorded_and_survive_save_load_and_export(demo, tmp_path):
     assert cold.lexranker.featurizer.context and cold.lexranker.count_parts
     cold.term_classifier = full.term_classifier  # the export carries the ranker, not the classifier
     assert [(s.chosen, [c.term for c in s.candidates]) for s in cold.suggest_batch(texts)] == want
+
+
+def test_fit_ranker_leaves_its_training_candidates_alone(demo):
+    """Refits on one set of candidates (benchmarks/cv.py rows) must see the same features each time: the
+    confidence calibration once wrote the probe's probability into them as a 'ranker' score."""
+    vocab, mentions = demo
+    eng = Engine(vocab, history=mentions[:80])
+    splits = eng.ranker_training_data(mentions[:80])
+    before = [[(c.term_id, c.score, dict(c.scores)) for c in cl] for cl in splits[0][1]]
+    answers = []
+    for _ in range(2):
+        eng.fit_ranker(splits)
+        assert "ranker" not in eng.meta["score_keys"]
+        answers.append(([s.chosen for s in eng.suggest_batch([m.text for m in mentions[80:]])],
+                        eng.meta["output_rule"]))
+    assert [[(c.term_id, c.score, dict(c.scores)) for c in cl] for cl in splits[0][1]] == before
+    assert answers[0] == answers[1]
