@@ -43,11 +43,10 @@ THETA = 0.5
 SITE_TYPE = ("site", "type", "nature")
 
 #: GBMs in the pair scorer and the share of the feature columns each sees (:class:`SubspaceEnsemble`).
-#: One by default: with the list-context features, 3 GBMs on 70% of the columns each were +0.16 point
+#: One by default: with the list-context features, 3 GBMs on 70% of the columns each were +0.1 point
 #: of exact-set accuracy over one GBM on 5,000 Yidu-N7K mentions cross-validated (``benchmarks/cv.py``,
-#: row ``ensemble_3``; sign test p=0.41, within noise) for 1.3x the ranker's time; in an earlier run
-#: *without* those features they cost 0.6 points (a member missing the few columns that carry the
-#: term classifier is weak). Selectable: ``termnorm train lexical --ensemble N``.
+#: row ``ensemble_3``; sign test p=0.66, within noise) for 1.3x the ranker's time.
+#: Selectable: ``termnorm train lexical --ensemble N``.
 ENSEMBLE = 1
 COLUMN_SHARE = 0.7
 
