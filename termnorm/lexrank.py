@@ -198,15 +198,18 @@ _PART_STOP = set("左右双单侧术行及和与并的下")
 N_PART_FEATURES = 8
 
 
-def part_features(mention: str, cands: list[Candidate] | None, probs: np.ndarray) -> np.ndarray:
+def part_features(mention: str, cands: list[Candidate] | None, probs: np.ndarray, n_parts: int = 2) -> np.ndarray:
     """How the top candidates cover the parts of a multi-part mention (zeros for a one-part mention).
+
+    ``n_parts`` is the engine's part count: below 2 (one part, or an engine that does not split) the
+    features stay zero, so ``Engine(split=False)`` really counts without the splitter.
 
     右尺骨鹰嘴、桡骨颈骨折切开复位内固定 needs a term per part; 右甲状腺全切+左甲状腺次全切除术 one term
     covering both. Per part, the share of its characters the top candidate (and the top two) contain, and
     whether the top two candidates name different parts.
     """
     out = np.zeros(N_PART_FEATURES, dtype=np.float32)
-    if not cands or len(probs) < 2:
+    if not cands or len(probs) < 2 or n_parts < 2:
         return out
     from termnorm.text.split import split_mention
 
@@ -235,7 +238,7 @@ def part_features(mention: str, cands: list[Candidate] | None, probs: np.ndarray
 def count_features(mention: str, probs: np.ndarray, n_parts: int, history_count: int,
                    cands: list[Candidate] | None = None, parts: bool = False) -> np.ndarray:
     base = _count_base(mention, probs, n_parts, history_count)
-    return np.concatenate([base, part_features(mention, cands, probs)]) if parts else base
+    return np.concatenate([base, part_features(mention, cands, probs, n_parts)]) if parts else base
 
 
 def _count_base(mention: str, probs: np.ndarray, n_parts: int, history_count: int) -> np.ndarray:
@@ -297,13 +300,8 @@ class LexicalRanker:
         if ensemble <= 1:
             self.pair_model = self._pair_estimator().fit(X, y, sample_weight=w)
         else:
-            rng = np.random.default_rng(self.seed)
-            d = X.shape[1]
-            width = max(1, min(d, int(round(self.column_share * d))))
-            columns = [np.sort(rng.choice(d, width, replace=False)) for _ in range(ensemble)]
-            self.pair_model = SubspaceEnsemble(
-                [self._pair_estimator(self.seed + j).fit(X[:, cols], y, sample_weight=w)
-                 for j, cols in enumerate(columns)], columns)
+            self.pair_model = SubspaceEnsemble(self._pair_estimator(), ensemble, self.column_share,
+                                               self.seed).fit(X, y, sample_weight=w)
         if count_mask is not None:
             sel = [i for i, ok in enumerate(count_mask) if ok]
             mentions, cand_lists, golds, n_parts, history_counts = (
@@ -373,19 +371,38 @@ class LexicalRanker:
 
 
 class SubspaceEnsemble:
-    """Ho's random subspace method: the mean ``predict_proba`` of classifiers each fitted on its own
-    random subset of the feature columns (``columns[j]`` for ``estimators[j]``).
+    """Ho's random subspace method: the mean ``predict_proba`` of ``n`` classifiers, each fitted on all
+    rows (with their sample weights) and its own random ``share`` of the feature columns.
 
     Why: variants of the pointwise GBM that score alike on Yidu-N7K (within 0.1 point) disagree on
-    ~2% of the mentions — near-ties decided by which features a tree happened to split on; averaging
+    ~2% of the mentions -- near-ties decided by which features a tree happened to split on; averaging
     members that each miss some columns turns those coin flips into a vote. Measured gain: see
     :data:`ENSEMBLE` (small, so it is an option, not the default).
+
+    Why not scikit-learn's ``BaggingClassifier(bootstrap=False, max_features=share)``: the installed
+    release (1.9) uses ``sample_weight`` only as probabilities for drawing rows, and without replacement
+    every row is drawn once, so its members see unit weights. The learning loop weights rows
+    (coder-confirmed negatives, ``termnorm.retrain.CONFIRMED_WEIGHT``); the members here get the
+    weights as given.
     """
 
-    def __init__(self, estimators, columns):
-        self.estimators = list(estimators)
-        self.columns = [np.asarray(c) for c in columns]
+    def __init__(self, estimator, n: int, share: float = COLUMN_SHARE, seed: int = 0):
+        self.estimator = estimator  # unfitted template; member j is a clone with random_state seed + j
+        self.n, self.share, self.seed = int(n), float(share), int(seed)
+        self.estimators: list = []
+        self.columns: list[np.ndarray] = []
+
+    def fit(self, X, y, sample_weight=None) -> "SubspaceEnsemble":
+        from sklearn.base import clone
+
+        rng = np.random.default_rng(self.seed)
+        d = X.shape[1]
+        width = max(1, min(d, int(round(self.share * d))))
+        self.columns = [np.sort(rng.choice(d, width, replace=False)) for _ in range(self.n)]
+        self.estimators = [clone(self.estimator).set_params(random_state=self.seed + j)
+                           .fit(X[:, cols], y, sample_weight=sample_weight) for j, cols in enumerate(self.columns)]
         self.classes_ = self.estimators[0].classes_
+        return self
 
     def predict_proba(self, X) -> np.ndarray:
         return np.mean([e.predict_proba(X[:, c]) for e, c in zip(self.estimators, self.columns)], axis=0)

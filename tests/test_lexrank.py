@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from termnorm.engine import Engine, demo_mentions, demo_vocabulary
-from termnorm.lexrank import (CONTEXT_KEYS, ENSEMBLE, PairFeaturizer, SubspaceEnsemble, count_features,
-                              part_features)
+from termnorm.lexrank import (CONTEXT_KEYS, ENSEMBLE, N_PART_FEATURES, PairFeaturizer, SubspaceEnsemble,
+                              count_features, part_features)
 from termnorm.records import Candidate
+from termnorm.text.split import split_mention
 
 
 def cand(tid: int, term: str, **scores) -> Candidate:
@@ -60,6 +61,9 @@ def test_part_features_tell_one_term_per_part_from_one_term_for_both():
     # one part, or fewer than two candidates: nothing to say
     assert not part_features("尿道成形术", [cand(0, "尿道成形术"), cand(1, "尿道扩张")], probs[:2]).any()
     assert not part_features("尿道憩室切除+尿道成形术", [cand(0, "尿道成形术")], probs[:1]).any()
+    # an engine that does not split (n_parts 1) gets no part features either
+    assert not part_features("尿道憩室切除+尿道成形术",
+                             [cand(0, "尿道成形术"), cand(1, "尿道病损切除术"), cand(2, "尿道扩张")], probs, 1).any()
     base = count_features("尿道憩室切除+尿道成形术", probs, 2, 0)
     full = count_features("尿道憩室切除+尿道成形术", probs, 2, 0,
                           [cand(0, "尿道成形术"), cand(1, "尿道病损切除术"), cand(2, "尿道扩张")], parts=True)
@@ -131,3 +135,40 @@ def test_fit_ranker_leaves_its_training_candidates_alone(demo):
                         eng.meta["output_rule"]))
     assert [[(c.term_id, c.score, dict(c.scores)) for c in cl] for cl in splits[0][1]] == before
     assert answers[0] == answers[1]
+
+
+def test_subspace_ensemble_members_get_the_sample_weights():
+    """Each member is fitted on its own columns with the rows' weights (coder-confirmed negatives are
+    weighted in the learning loop); heavier rows move the ensemble's probabilities."""
+    from sklearn.base import clone
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 10))
+    y = (X[:, 0] + X[:, 1] + rng.normal(scale=1.0, size=400) > 0).astype(int)
+    w = np.where(y == 1, 4.0, 1.0)
+    gbm = HistGradientBoostingClassifier(max_iter=30, random_state=0)
+    ens = SubspaceEnsemble(gbm, 3, share=0.5, seed=7).fit(X, y, sample_weight=w)
+    assert len(ens.estimators) == 3 and all(len(c) == 5 for c in ens.columns)
+    for j, (member, cols) in enumerate(zip(ens.estimators, ens.columns)):
+        alone = clone(gbm).set_params(random_state=7 + j).fit(X[:, cols], y, sample_weight=w)
+        assert np.allclose(member.predict_proba(X[:, cols]), alone.predict_proba(X[:, cols]))
+    unweighted = SubspaceEnsemble(gbm, 3, share=0.5, seed=7).fit(X, y)
+    assert [c.tolist() for c in unweighted.columns] == [c.tolist() for c in ens.columns]
+    # positives weighted 4x: every probability of the positive class goes up on average
+    assert ens.predict_proba(X)[:, 1].mean() > unweighted.predict_proba(X)[:, 1].mean() + 0.05
+
+
+def test_an_engine_that_does_not_split_counts_without_part_features(demo):
+    vocab, mentions = demo
+    eng = Engine(vocab, history=mentions[:60], split=False)
+    eng.fit_lexical(mentions[:60])
+    texts = [m.text for m in mentions if len(split_mention(m.text)) >= 2]
+    assert texts, "the demo set has multi-part mentions"
+    cand_lists = eng.recall_batch(texts)
+    probs = eng.lexranker.score(texts, cand_lists, [1] * len(texts))
+    CX = eng.lexranker._count_matrix(texts, probs, [1] * len(texts), [0] * len(texts), cand_lists)
+    assert eng.lexranker.count_parts and CX.shape[1] == len(count_features(texts[0], probs[0], 1, 0)) + N_PART_FEATURES
+    assert not CX[:, -N_PART_FEATURES:].any()
+    # the same mentions as a splitting engine sees them: the part features say something
+    assert np.array([part_features(t, c, p, 2) for t, c, p in zip(texts, cand_lists, probs)]).any()
