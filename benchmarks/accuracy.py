@@ -1,7 +1,11 @@
 """Accuracy of the full pipeline on Yidu-N7K val, CHIP-CDN dev and NCBI dev, with ablations.
 
     python3 benchmarks/accuracy.py [--data ../shared/data] [--sets yidu,cdn,ncbi] [--dense-yidu DIR]
-                                   [--dense-cdn DIR] [--out benchmarks/results/accuracy.json]
+                                   [--dense-cdn DIR] [--rows full,no_split,...] [--out benchmarks/results/accuracy.json]
+
+``--rows`` measures only those rows (``full`` is always fitted: the ranker rows and ``no_fusion`` reuse
+its candidates) and replaces them in the set's stored results, keeping the others; each row records the
+command that measured it.
 
 For each data set: the lexical pipeline (multi-strategy recall + history +
 GBM ranker + count classifier + output rule, fitted on the training set) and
@@ -65,7 +69,12 @@ KEYS = ["accuracy", "micro_f1", "recall_at_10", "candidate_recall", "mean_candid
         "mentions_per_second"]
 
 
-def run_set(name: str, data: Path, ablations: bool, dense_dir: str | None = None) -> dict:
+ROWS = ("full", "dense", "no_ranker", "no_keywords", "no_diff", "no_termclf", "with_termclf", "no_fusion",
+        *RANKER_ROWS, "no_history", "no_split")
+
+
+def run_set(name: str, data: Path, ablations: bool, dense_dir: str | None = None,
+            rows: tuple[str, ...] | None = None) -> dict:
     vpath, trpath, tepath, settings = SETS[name]
     kw = data / "keywords"
     out = {"settings": dict(settings)}
@@ -95,6 +104,9 @@ def run_set(name: str, data: Path, ablations: bool, dense_dir: str | None = None
                     ("with_termclf", {}, dict(ranker=True, term_classifier=True)),
                     ("no_history", dict(history=False), dict(ranker=True)),
                     ("no_split", dict(split=False), dict(ranker=True))]
+    if rows is not None:
+        configs = [c for c in configs if c[0] == "full" or c[0] in rows]
+    wanted = (lambda row: rows is None or row in rows)
     for label, build_kw, how in configs:
         t0 = time.perf_counter()
         eng, train, test = build(**build_kw)
@@ -109,15 +121,18 @@ def run_set(name: str, data: Path, ablations: bool, dense_dir: str | None = None
         rep = _report(eng, test, how["ranker"], fit_s)
         out[label] = rep
         _show(name, label, rep)
-        if label == "full" and ablations:  # no fusion: the same fitted ranker, its top-1 only
+        if label == "full" and ablations and wanted("no_fusion"):  # the same fitted ranker, its top-1 only
             sugs = eng.suggest_batch([m.text for m in test], k=10 ** 6)
             nf = evaluate_predictions([m.terms for m in test], [[s.candidates[0].term] if s.candidates else []
                                                                 for s in sugs],
                                       [[c.term for c in s.candidates] for s in sugs])
             out["no_fusion"] = nf
             _show(name, "no_fusion", nf)
+        if label == "full" and ablations:
             # the ranker's own options: refitted on the same candidates, scorer and classifier
             for row, options in RANKER_ROWS.items():
+                if not wanted(row):
+                    continue
                 t0 = time.perf_counter()
                 eng.fit_ranker(splits, rule_metric=settings["rule_metric"], **options)
                 out[row] = _report(eng, test, True, time.perf_counter() - t0)
@@ -146,21 +161,33 @@ def main(argv=None) -> int:
     ap.add_argument("--no-ablations", action="store_true")
     for n in SETS:
         ap.add_argument(f"--dense-{n}", help=f"a trained bi-encoder for {n} (adds the 'dense' row)")
+    ap.add_argument("--rows", help=f"measure only these rows and keep the set's other stored rows (of: {', '.join(ROWS)})")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "accuracy.json"))
     args = ap.parse_args(argv)
+    rows = None if args.rows is None else tuple(args.rows.split(","))
+    if rows is not None and (set(rows) - set(ROWS) or args.no_ablations):
+        ap.error(f"--rows takes rows of {', '.join(ROWS)} (not with --no-ablations); got {args.rows}")
     data = Path(args.data)
     results = {"data": str(data), "machine": {"python": platform.python_version(), "platform": platform.platform()},
                "command": "python3 benchmarks/accuracy.py " + " ".join(argv or sys.argv[1:]), "results": {}}
     out = Path(args.out)
     measured = {}
     for name in args.sets.split(","):
-        measured[name] = run_set(name, data, not args.no_ablations, getattr(args, f"dense_{name}"))
+        measured[name] = run_set(name, data, not args.no_ablations, getattr(args, f"dense_{name}"), rows)
         measured[name]["command"] = results["command"]
+        for row in measured[name].values():
+            if isinstance(row, dict) and "accuracy" in row:
+                row["command"] = results["command"]
     # keep the sets measured by other runs (each set records its own command); read only now, so two
     # runs for different sets side by side do not overwrite each other's results
     if out.exists():
         results["results"] = json.loads(out.read_text(encoding="utf-8")).get("results", {})
-    results["results"].update(measured)
+    for name, res in measured.items():
+        if rows is not None and name in results["results"]:  # replace the measured rows, keep the others
+            res.pop("command")
+            results["results"][name].update(res)
+        else:
+            results["results"][name] = res
     write_json(args.out, results)
     return 0
 

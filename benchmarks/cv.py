@@ -4,6 +4,10 @@
                              [--seed 0] [--rows shipped,ensemble_3,...] [--out benchmarks/results/cv.json]
     python3 benchmarks/cv.py --rows shipped,no_keywords,no_diff,no_termclf \
                              --out benchmarks/results/cv_ablations.json
+    python3 benchmarks/cv.py --rows shipped,no_split --update --out benchmarks/results/cv_ablations.json
+
+``--update`` replaces the measured rows in ``--out`` and keeps its other rows, provided the file's
+``shipped`` row is the one just measured (same accuracy per fold); otherwise it stops without writing.
 
 Why: on the 1,000 Yidu-N7K val mentions one accuracy figure has a sampling
 error of about one point (sqrt(0.88 * 0.12 / 1000)), and two ranker
@@ -44,6 +48,7 @@ two-sided sign test (scipy's binomtest) on them. Prints a table and writes JSON.
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import sys
 import time
@@ -171,6 +176,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", default=",".join(DEFAULT_ROWS),
                     help=f"rows to measure, 'shipped' first (of: {', '.join(ROWS)})")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "cv.json"))
+    ap.add_argument("--update", action="store_true",
+                    help="keep --out's other rows (its shipped row must match the one measured now)")
     args = ap.parse_args(argv)
     from tqdm import tqdm
 
@@ -198,8 +205,30 @@ def main(argv=None) -> int:
                   f"{r['right_only_in_shipped']:<12d} {r['sign_test_p']:9.4f}   "
                   + " ".join(f"{v:.3f}" for v in r["per_fold_accuracy"].values()), flush=True)
     results["seconds"] = round(time.perf_counter() - t0, 1)
+    if args.update and Path(args.out).exists():
+        results = _merge(json.loads(Path(args.out).read_text(encoding="utf-8")), results)
     write_json(args.out, results)
     return 0
+
+
+def _merge(old: dict, new: dict) -> dict:
+    """``old`` with ``new``'s rows replacing its own; both must share the shipped row (else SystemExit)."""
+    for name, res in new["results"].items():
+        before = old.get("results", {}).get(name)
+        if before is None:
+            old.setdefault("results", {})[name] = res
+            continue
+        a, b = before["rows"]["shipped"], res["rows"]["shipped"]
+        if (a["accuracy"], a["per_fold_accuracy"]) != (b["accuracy"], {str(k): v for k, v in
+                                                                       b["per_fold_accuracy"].items()}):
+            raise SystemExit(f"--update: the stored shipped row ({a['accuracy']}) is not the one measured now "
+                             f"({b['accuracy']}); re-run every row instead")
+        for row, r in res["rows"].items():
+            r["command"] = new["command"]
+            before["rows"][row] = r
+    old["rows"] = {**old.get("rows", {}), **new["rows"]}
+    old.setdefault("updates", []).append({"command": new["command"], "seconds": new["seconds"]})
+    return old
 
 
 if __name__ == "__main__":
