@@ -259,8 +259,15 @@ class Engine:
         self.fit_ranker(splits, seed=seed, rule_metric=rule_metric, keyword_features=keyword_features,
                         ensemble=ensemble, context_features=context_features, part_count=part_count,
                         progress=progress)
-        self.model_version = "lexical-gbm-" + _hash_mentions(train)[:8]
-        self.meta.update(train_size=len(train), train_sha256=_hash_mentions(train))
+        # the version names the data *and* the fit's options: rankers fitted on one set with different
+        # options (the cold-start export, an ablation) must not share a name in the stored suggestions
+        options = dict(folds=folds, seed=seed, with_history=with_history, rule_metric=rule_metric,
+                       keyword_features=keyword_features, surface_diff=surface_diff, bag=bag,
+                       term_classifier=term_classifier, ensemble=self.meta["ranker_ensemble"],
+                       context_features=context_features, part_count=part_count, split=self.split)
+        digest = hashlib.sha256((_hash_mentions(train) + json.dumps(options, sort_keys=True)).encode())
+        self.model_version = "lexical-gbm-" + digest.hexdigest()[:8]
+        self.meta.update(train_size=len(train), train_sha256=_hash_mentions(train), fit_options=options)
         return self.meta
 
     def ranker_training_data(self, train: list[LabelledMention], folds: int = 4, seed: int = 0, bag: int = 1,

@@ -111,6 +111,12 @@ def test_options_are_recorded_and_survive_save_load_and_export(demo, tmp_path):
     full.fit_lexical(mentions[:60], ensemble=2)
     assert isinstance(full.lexranker.pair_model, SubspaceEnsemble) and len(full.lexranker.pair_model.estimators) == 2
     assert full.meta["context_features"] and full.meta["part_count"]
+    # same data, other options: another model version (stored suggestions say which ranker made them)
+    assert eng.model_version != full.model_version and eng.model_version.startswith("lexical-gbm-")
+    assert (eng.meta["fit_options"]["context_features"], full.meta["fit_options"]["ensemble"]) == (False, 2)
+    again = Engine(vocab, history=mentions[:60])
+    again.fit_lexical(mentions[:60], context_features=False, part_count=False)
+    assert again.model_version == eng.model_version
     want = [(s.chosen, [c.term for c in s.candidates]) for s in full.suggest_batch(texts)]
     full.export_ranker(tmp_path / "r.joblib")
     cold = Engine(vocab, history=mentions[:60])
