@@ -172,7 +172,9 @@ def cmd_train(args) -> int:
         lp.add_argument("--export-ranker", help="also write the vocabulary-independent ranker alone here "
                                                 "(used by the demo: assets/models/*_ranker.joblib)")
         lp.add_argument("--cold-start", action="store_true",
-                        help="fit without history recall features (a ranker for a vocabulary with no coded mentions)")
+                        help="fit without history recall features (a ranker for a vocabulary with no coded mentions); "
+                             "the demo's rankers add --no-context-features: list-context features depend on the "
+                             "vocabulary's candidate lists and cost 7 points on the demo diagnoses (README)")
         args = lp.parse_args(args.rest)
         if args.cold_start:
             history_path, args.train = args.train, None  # the engine gets no history at all
