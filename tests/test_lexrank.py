@@ -161,7 +161,7 @@ def test_subspace_ensemble_members_get_the_sample_weights():
         assert np.allclose(member.predict_proba(X[:, cols]), alone.predict_proba(X[:, cols]))
     unweighted = SubspaceEnsemble(gbm, 3, share=0.5, seed=7).fit(X, y)
     assert [c.tolist() for c in unweighted.columns] == [c.tolist() for c in ens.columns]
-    # positives weighted 4x: every probability of the positive class goes up on average
+    # positives weighted 4x: the mean probability of the positive class goes up
     assert ens.predict_proba(X)[:, 1].mean() > unweighted.predict_proba(X)[:, 1].mean() + 0.05
 
 
