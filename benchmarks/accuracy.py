@@ -21,9 +21,9 @@ approach A's ablations, plus ours:
                   attention" for the lexical ranker; the cross-encoder's own mask ablation is in
                   ``termnorm.rank``);
 - ``no_diff``     the ranker without the learned surface-difference scorer (termnorm.rank.surface);
-- ``no_termclf``  the ranker without the per-term text classifier (termnorm.rank.termclf); for NCBI,
-                  whose shipped setting leaves the classifier out (``--no-term-classifier``: it cost
-                  accuracy there), the row is ``with_termclf`` instead;
+- ``no_termclf``  the ranker without the per-term text classifier (termnorm.rank.termclf); for a set
+                  whose setting leaves the classifier out (``term_classifier=False`` in ``SETS``; none
+                  now) the row is ``with_termclf`` instead;
 - ``no_fusion``   the ranker's top-1 only: no count prediction, no output rule;
 - ``ensemble_3``, ``no_context``, ``no_part_count``  the ranker's own options (``--ensemble 3``,
                   ``--no-context-features``, ``--no-part-count``), refitted on the ``full`` row's candidates;
@@ -60,7 +60,7 @@ SETS = {
             dict(recall_profile="deep", max_candidates=50, rule_metric="micro_f1")),
     "ncbi": ("ncbi-disease/medic_06Jul2012.txt", "ncbi-disease/NCBItrainset_corpus.txt",
              "ncbi-disease/NCBIdevelopset_corpus.txt",
-             dict(recall_profile="wide", max_candidates=None, rule_metric="accuracy", term_classifier=False)),
+             dict(recall_profile="wide", max_candidates=None, rule_metric="accuracy")),
 }
 #: rows that change only the GBM ranker's options (Engine.fit_ranker on the ``full`` row's candidates)
 RANKER_ROWS = {"ensemble_3": dict(ensemble=3), "no_context": dict(context_features=False),
