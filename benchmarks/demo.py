@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks._results import write_json  # noqa: E402
 
-from termnorm.engine import Engine, demo_mentions, demo_vocabulary, evaluate_engine  # noqa: E402
+from termnorm.engine import PRETRAINED, Engine, demo_mentions, demo_vocabulary, evaluate_engine  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -38,12 +38,9 @@ def main(argv=None) -> int:
         vocab = demo_vocabulary(which)
         ms = [m for m in demo_mentions(which) if all(t in vocab for t in m.terms)]
         base = evaluate_engine(Engine(vocab), ms, stage="recall")
-        if which in other:
-            eng = Engine(vocab)
-            if not eng.use_pretrained_ranker(other[which]):
-                ap.error(f"{other[which]}: not a ranker written by termnorm train lexical --export-ranker")
-        else:
-            eng = Engine.from_demo(which)
+        eng = Engine(vocab)
+        if not eng.use_pretrained_ranker(other.get(which, PRETRAINED[which])) and which in other:
+            ap.error(f"{other[which]}: not a ranker written by termnorm train lexical --export-ranker")
         full = evaluate_engine(eng, ms, stage="full")
         res[which] = {"n": len(ms), "recall_order_accuracy": base["accuracy"], "ranker_accuracy": full["accuracy"],
                       "recall_order_micro_f1": base["micro_f1"], "ranker_micro_f1": full["micro_f1"],

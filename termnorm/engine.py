@@ -265,9 +265,10 @@ class Engine:
                        keyword_features=keyword_features, surface_diff=surface_diff, bag=bag,
                        term_classifier=term_classifier, ensemble=self.meta["ranker_ensemble"],
                        context_features=context_features, part_count=part_count, split=self.split)
-        digest = hashlib.sha256((_hash_mentions(train) + json.dumps(options, sort_keys=True)).encode())
+        train_sha = _hash_mentions(train)
+        digest = hashlib.sha256((train_sha + json.dumps(options, sort_keys=True)).encode())
         self.model_version = "lexical-gbm-" + digest.hexdigest()[:8]
-        self.meta.update(train_size=len(train), train_sha256=_hash_mentions(train), fit_options=options)
+        self.meta.update(train_size=len(train), train_sha256=train_sha, fit_options=options)
         return self.meta
 
     def ranker_training_data(self, train: list[LabelledMention], folds: int = 4, seed: int = 0, bag: int = 1,
