@@ -6,6 +6,9 @@
                              --out benchmarks/results/cv_ablations.json
     python3 benchmarks/cv.py --rows shipped,no_split --update --out benchmarks/results/cv_ablations.json
     python3 benchmarks/cv.py --sets ncbi --rows shipped,no_termclf --out benchmarks/results/cv_ncbi.json
+    python3 benchmarks/cv.py --write-folds runs/cv_folds      # each outer fold's training file, for the row
+    python3 benchmarks/cv.py --rows shipped,dense --dense 'runs/cv_dense/fold{k}' \
+                             --out benchmarks/results/cv_dense.json
 
 ``--update`` replaces the measured rows in ``--out`` and keeps its other rows, provided the file's
 ``shipped`` row is the one just measured (same accuracy per fold); otherwise it stops without writing.
@@ -40,7 +43,11 @@ Rows that change what the candidates carry refit those per outer fold too
 - ``no_diff``        without the surface-difference scorer;
 - ``no_termclf``     without the per-term text classifier;
 - ``with_termclf``   with it, for a set whose setting leaves it out (how NCBI's was decided);
-- ``no_split``       multi-part mentions not split (``Engine(split=False)``).
+- ``no_split``       multi-part mentions not split (``Engine(split=False)``);
+- ``dense``          a dense bi-encoder as one more recall strategy (``termnorm evaluate --dense``): each
+                     outer fold needs its own, trained on that fold's training mentions only (``--dense``
+                     names the folders, ``{k}`` the fold; ``--write-folds DIR`` writes the training files
+                     to train them from, ``DIR/fold{k}/train.xlsx``).
 
 For each row: pooled exact-set accuracy and micro-F1, per-fold accuracy, and
 against ``shipped`` the mentions only one of the two gets right with a
@@ -77,10 +84,11 @@ ROWS = {
     "no_termclf": dict(term_classifier=False),
     "with_termclf": dict(term_classifier=True),
     "no_split": dict(split=False),
+    "dense": dict(dense=True),
 }
 DEFAULT_ROWS = ("shipped", "ensemble_3", "no_context", "no_part_count", "before")
 #: options that change the candidates' scores: a row with any of them gets its own training data
-DATA_OPTIONS = ("keyword_features", "surface_diff", "term_classifier", "split")
+DATA_OPTIONS = ("keyword_features", "surface_diff", "term_classifier", "split", "dense")
 #: the permutation of the training file that cuts outer folds 1-4
 SPLIT_SEED = 2026
 
@@ -95,7 +103,40 @@ def outer_fold(train: list, dev: list, k: int) -> tuple[list, list]:
             [m for m, q in zip(train, quarter) if q == k - 1])
 
 
-def run_fold(name: str, data: str, k: int, seed: int, rows: tuple[str, ...] = DEFAULT_ROWS) -> dict:
+def write_folds(name: str, data: str, out: str) -> list[Path]:
+    """Each outer fold's training mentions as ``out/fold{k}/train.xlsx`` (原始词 / 标准词, terms joined by
+    ``##``): what a fold's dense bi-encoder is trained on (``python -m termnorm.dense.train --train``)."""
+    import pandas as pd
+
+    from benchmarks.accuracy import SETS
+    from termnorm.io import load_labelled, load_vocabulary
+
+    vpath, trpath, tepath, _ = SETS[name]
+    data = Path(data)
+    vocab = load_vocabulary(data / vpath)
+    train, dev = load_labelled(data / trpath, vocab).mentions, load_labelled(data / tepath, vocab).mentions
+    paths = []
+    for k in range(5):
+        fold_train, _ = outer_fold(train, dev, k)
+        path = Path(out) / f"fold{k}" / "train.xlsx"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame({"原始词": [m.text for m in fold_train],
+                      "标准词": ["##".join(m.terms) for m in fold_train]}).to_excel(path, index=False)
+        paths.append(path)
+    return paths
+
+
+def _load_dense(pattern: str, k: int):
+    from termnorm.dense.biencoder import BiEncoder
+
+    d = Path(pattern.format(k=k))
+    if not d.exists():
+        raise SystemExit(f"--dense: no bi-encoder folder {d} for outer fold {k}")
+    return BiEncoder.load(d / "model" if (d / "model").is_dir() else d)
+
+
+def run_fold(name: str, data: str, k: int, seed: int, rows: tuple[str, ...] = DEFAULT_ROWS,
+             dense: str | None = None) -> dict:
     """Fit the candidates once and every row's ranker on outer fold ``k``; per row, per test mention:
     right or not, and the pair counts of micro-F1."""
     from benchmarks.accuracy import SETS
@@ -119,8 +160,10 @@ def run_fold(name: str, data: str, k: int, seed: int, rows: tuple[str, ...] = DE
         t0 = time.perf_counter()
         eng = Engine(vocab, history=train, keyword_dir=data / "keywords" if name != "ncbi" else None,
                      recall_profile=settings["recall_profile"], max_candidates=settings["max_candidates"],
-                     split=dict(data_kw).get("split", True))
-        splits = eng.ranker_training_data(train, seed=seed, **{o: v for o, v in data_kw if o != "split"})
+                     split=dict(data_kw).get("split", True),
+                     dense=_load_dense(dense, k) if dict(data_kw).get("dense") else None)
+        splits = eng.ranker_training_data(train, seed=seed,
+                                          **{o: v for o, v in data_kw if o not in ("split", "dense")})
         if "candidates_seconds" not in out:
             out["candidates_seconds"] = round(time.perf_counter() - t0, 1)
         for row in group:
@@ -179,11 +222,19 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", default=",".join(DEFAULT_ROWS),
                     help=f"rows to measure, 'shipped' first (of: {', '.join(ROWS)})")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "cv.json"))
+    ap.add_argument("--dense", help="row dense: the bi-encoder folder of each outer fold, '{k}' for the fold")
+    ap.add_argument("--write-folds", metavar="DIR",
+                    help="only write each outer fold's training file to DIR/fold{k}/train.xlsx and stop")
     ap.add_argument("--update", action="store_true",
                     help="keep --out's other rows (its shipped row must match the one measured now)")
     args = ap.parse_args(argv)
     from tqdm import tqdm
 
+    if args.write_folds:
+        for name in args.sets.split(","):
+            for path in write_folds(name, args.data, args.write_folds):
+                print(path)
+        return 0
     folds = [int(k) for k in args.folds.split(",")]
     bad = [k for k in folds if not 0 <= k <= 4]
     if bad:
@@ -192,13 +243,15 @@ def main(argv=None) -> int:
     unknown = [r for r in rows if r not in ROWS]
     if unknown or rows[0] != "shipped":
         ap.error(f"--rows: 'shipped' first, then any of {', '.join(ROWS)}; got {args.rows}")
+    if "dense" in rows and not args.dense:
+        ap.error("row dense needs --dense (the bi-encoder folder of each outer fold, '{k}' for the fold)")
     results = {"command": "python3 benchmarks/cv.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                "machine": {"python": platform.python_version(), "platform": platform.platform()},
                "rows": {k: ROWS[k] or "defaults" for k in rows}, "results": {}}
     t0 = time.perf_counter()
     for name in args.sets.split(","):
         with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            jobs = [pool.submit(run_fold, name, args.data, k, args.seed, rows) for k in folds]
+            jobs = [pool.submit(run_fold, name, args.data, k, args.seed, rows, args.dense) for k in folds]
             done = [j.result() for j in tqdm(jobs, desc=f"{name}: outer folds")]
         res = results["results"][name] = summarize(done)
         print(f"{name}: {res['mentions']} test mentions over folds {folds}")

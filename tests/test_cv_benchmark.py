@@ -1,0 +1,43 @@
+"""benchmarks/cv.py: the outer folds' training files a per-fold dense bi-encoder is trained from."""
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+sys.path.insert(0, str(ROOT))
+
+
+def test_the_dense_row_needs_its_per_fold_encoders(tmp_path, capsys):
+    from benchmarks.cv import _load_dense, main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--rows", "shipped,dense", "--out", str(tmp_path / "cv.json")])
+    assert e.value.code == 2
+    assert "row dense needs --dense" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match=r"no bi-encoder folder .*fold3 for outer fold 3"):
+        _load_dense(str(tmp_path / "fold{k}"), 3)
+    assert not (tmp_path / "cv.json").exists()
+
+
+@pytest.mark.skipif(not (DATA / "yidu-n7k" / "val.xlsx").is_file(), reason="shared data absent")
+def test_written_fold_files_hold_each_folds_training_mentions_and_none_of_its_test(tmp_path):
+    from benchmarks.cv import outer_fold, write_folds
+    from termnorm.io import load_labelled, load_vocabulary
+
+    paths = write_folds("yidu", str(DATA), str(tmp_path))
+    assert [p.relative_to(tmp_path).as_posix() for p in paths] == [f"fold{k}/train.xlsx" for k in range(5)]
+    vocab = load_vocabulary(DATA / "yidu-n7k" / "code.txt")
+    train = load_labelled(DATA / "yidu-n7k" / "train.xlsx", vocab).mentions
+    dev = load_labelled(DATA / "yidu-n7k" / "val.xlsx", vocab).mentions
+    for k, path in enumerate(paths):
+        want, test = outer_fold(train, dev, k)
+        got = load_labelled(path, vocab).mentions
+        assert [(m.text, list(m.terms)) for m in got] == [(m.text, list(m.terms)) for m in want]
+        # together with the fold's test mentions the file is every labelled mention exactly once
+        assert Counter(m.text for m in got) + Counter(m.text for m in test) == Counter(
+            m.text for m in train + dev)
+        assert any(len(m.terms) > 1 for m in got)  # multi-term mentions survive the ## join
