@@ -442,16 +442,9 @@ class Engine:
         self.meta.update(output_rule=list(rule), output_rule_metric=rule_metric, output_rule_heldout=rule_scores)
 
     def _fit_confidence(self, mentions, cand_lists, golds, n_parts, hcounts) -> None:
-        """Platt-style calibration of P(whole answer right) on held-out predictions.
-
-        Ranks copies: ranking writes the ranker's probability into each candidate, and the training
-        candidates are fitted again (the final fit, refits of :meth:`fit_ranker` on the same splits),
-        where a ``ranker`` score would become a feature leaking this probe's predictions."""
-        from dataclasses import replace
-
+        """Platt-style calibration of P(whole answer right) on held-out predictions."""
         from sklearn.linear_model import LogisticRegression
 
-        cand_lists = [[replace(c, scores=dict(c.scores)) for c in cl] for cl in cand_lists]
         preds = self._rank_and_choose(mentions, cand_lists, n_parts, hcounts)
         X = np.array([p[3] for p in preds])
         y = np.array([set(p[1]) == set(g) for p, g in zip(preds, golds)], dtype=int)
@@ -459,7 +452,15 @@ class Engine:
             self.confidence_model = LogisticRegression(max_iter=1000).fit(X, y)
 
     def _rank_and_choose(self, mentions, cand_lists, n_parts, hcounts):
-        """-> list of (sorted candidates, chosen terms, count, confidence features)."""
+        """-> list of (sorted candidates, chosen terms, count, confidence features).
+
+        The sorted candidates are copies carrying the ranker's probability (``scores["ranker"]``, ``score``);
+        the given ones are left as they were. Training candidates are ranked here too (the held-out probe
+        that calibrates the confidence) and fitted again afterwards (the final fit, refits of
+        :meth:`fit_ranker` on the same splits), where a written ``ranker`` score would become a feature
+        leaking the probe's predictions."""
+        from dataclasses import replace
+
         from termnorm.lexrank import choose
 
         probs = self.lexranker.score(mentions, cand_lists, n_parts)
@@ -469,11 +470,9 @@ class Engine:
             order = np.argsort(-p, kind="stable") if len(p) else np.zeros(0, dtype=int)
             if self.max_candidates:
                 order = order[:self.max_candidates]
-            ranked = [cands[i] for i in order]
             ps = p[order] if len(p) else p
-            for c, s in zip(ranked, ps):
-                c.scores["ranker"] = float(s)
-                c.score = float(s)
+            ranked = [replace(cands[i], score=float(s), scores={**cands[i].scores, "ranker": float(s)})
+                      for i, s in zip(order, ps)]
             chosen = choose(ranked, ps, cp, self.lexranker.theta, getattr(self.lexranker, "rule", ("count", 0.5)))
             x = len(chosen)
             last = ps[x - 1] if x and len(ps) >= x else 0.0
