@@ -92,8 +92,7 @@ def run_set(name: str, data: Path, ablations: bool, dense_dir: str | None = None
     if dense_dir:
         from termnorm.dense.biencoder import BiEncoder
 
-        d = Path(dense_dir)
-        configs.append(("dense", dict(dense=BiEncoder.load(d / "model" if (d / "model").is_dir() else d)),
+        configs.append(("dense", dict(dense=BiEncoder.load(dense_dir)),
                         dict(ranker=True)))
     if ablations:
         configs += [("no_ranker", {}, dict(ranker=False)),

@@ -132,7 +132,7 @@ def _load_dense(pattern: str, k: int):
     d = Path(pattern.format(k=k))
     if not d.exists():
         raise SystemExit(f"--dense: no bi-encoder folder {d} for outer fold {k}")
-    return BiEncoder.load(d / "model" if (d / "model").is_dir() else d)
+    return BiEncoder.load(d)
 
 
 def run_fold(name: str, data: str, k: int, seed: int, rows: tuple[str, ...] = DEFAULT_ROWS,

@@ -76,8 +76,7 @@ def build_engine(args, progress=True):
     if getattr(args, "dense", None):
         from termnorm.dense.biencoder import BiEncoder
 
-        d = Path(args.dense)
-        dense = BiEncoder.load(d / "model" if (d / "model").is_dir() else d)
+        dense = BiEncoder.load(args.dense)
     if getattr(args, "ranker", None):
         from termnorm.rank.crossfit import load_ranker
 

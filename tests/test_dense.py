@@ -281,6 +281,9 @@ def test_main_writes_model_index_and_config(tiny_dir, tmp_path):
     assert len(cfg["data"]["train"]["sha256"]) == 64 and cfg["encoder"]["folder"] == str(Path(tiny_dir).resolve())
     assert cfg["metrics"]["steps"] == 3 and "recall@10" in cfg["metrics"]["final"]
     enc = BiEncoder.load(out / "model", device="cpu")
+    # the run folder itself loads too (what `termnorm evaluate --dense` and the benchmarks are given)
+    probe = ["甲状腺病损切除术", "阑尾切除术"]
+    assert np.allclose(BiEncoder.load(out, device="cpu").encode_queries(probe), enc.encode_queries(probe))
     from termnorm.io import load_vocabulary
 
     vocab = load_vocabulary(DEMO / "procedures.csv")

@@ -299,9 +299,13 @@ class BiEncoder:
 
     @classmethod
     def load(cls, directory, device: str | None = None) -> "BiEncoder":
+        """Reload a folder written by :meth:`save`, or the output folder of ``termnorm train recall``
+        (whose ``model`` subfolder is that)."""
         from sentence_transformers import SentenceTransformer
 
         directory = Path(directory)
+        if not (directory / CONFIG_NAME).is_file() and (directory / "model").is_dir():
+            directory = directory / "model"
         cfg = json.loads((directory / CONFIG_NAME).read_text(encoding="utf-8"))
         st = SentenceTransformer(str(directory), device=device or default_device(), local_files_only=True)
         head = None
