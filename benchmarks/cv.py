@@ -204,6 +204,9 @@ def summarize(folds: list[dict]) -> dict:
         rows[row] = {
             "accuracy": round(float(right.mean()), 4), "micro_f1": round(2 * tp / max(1, pred + gold), 4),
             "per_fold_accuracy": {f["fold"]: round(float(np.mean(f["rows"][row]["right"])), 4) for f in folds},
+            "per_fold_micro_f1": {f["fold"]: round(2 * f["rows"][row]["tp"]
+                                                   / max(1, f["rows"][row]["n_pred"] + f["rows"][row]["n_gold"]), 4)
+                                  for f in folds},
             "right_only_here": only_row, "right_only_in_shipped": only_ref,
             "sign_test_p": (round(float(binomtest(only_row, only_row + only_ref).pvalue), 4)
                             if only_row + only_ref else 1.0),
@@ -259,7 +262,8 @@ def main(argv=None) -> int:
         for row, r in res["rows"].items():
             print(f"  {row:14s} {r['accuracy']:8.4f} {r['micro_f1']:8.4f}  {r['right_only_here']:9d} / "
                   f"{r['right_only_in_shipped']:<12d} {r['sign_test_p']:9.4f}   "
-                  + " ".join(f"{v:.3f}" for v in r["per_fold_accuracy"].values()), flush=True)
+                  + " ".join(f"{v:.3f}" for v in r["per_fold_accuracy"].values())
+                  + "   micro-F1 " + " ".join(f"{v:.3f}" for v in r["per_fold_micro_f1"].values()), flush=True)
     results["seconds"] = round(time.perf_counter() - t0, 1)
     if args.update and Path(args.out).exists():
         results = _merge(json.loads(Path(args.out).read_text(encoding="utf-8")), results)

@@ -41,3 +41,23 @@ def test_written_fold_files_hold_each_folds_training_mentions_and_none_of_its_te
         assert Counter(m.text for m in got) + Counter(m.text for m in test) == Counter(
             m.text for m in train + dev)
         assert any(len(m.terms) > 1 for m in got)  # multi-term mentions survive the ## join
+
+
+def test_summary_scores_each_fold_and_counts_the_mentions_only_one_row_gets_right():
+    from benchmarks.cv import summarize
+
+    def fold(k, shipped, other):
+        # rows: (right per mention, tp, predicted pairs, gold pairs)
+        return {"fold": k, "train": 10, "test": len(shipped[0]), "candidates_seconds": 1.0,
+                "rows": {name: {"right": r, "tp": tp, "n_pred": p, "n_gold": g, "seconds": 1.0}
+                         for name, (r, tp, p, g) in (("shipped", shipped), ("ensemble_3", other))}}
+
+    res = summarize([fold(1, ([True, False, False], 2, 4, 4), ([True, True, False], 3, 4, 4)),
+                     fold(0, ([True, True], 2, 2, 3), ([False, True], 1, 2, 3))])
+    assert [f["fold"] for f in res["folds"]] == [0, 1] and res["mentions"] == 5
+    row = res["rows"]["ensemble_3"]
+    assert row["per_fold_accuracy"] == {0: 0.5, 1: round(2 / 3, 4)}
+    assert row["per_fold_micro_f1"] == {0: 0.4, 1: 0.75}  # 2·1/(2+3), 2·3/(4+4)
+    assert row["micro_f1"] == round(2 * 4 / (6 + 7), 4)
+    assert (row["right_only_here"], row["right_only_in_shipped"]) == (1, 1)
+    assert res["rows"]["shipped"]["per_fold_micro_f1"] == {0: 0.8, 1: 0.5}
