@@ -6,6 +6,7 @@
                              --out benchmarks/results/cv_ablations.json
     python3 benchmarks/cv.py --rows shipped,no_split --update --out benchmarks/results/cv_ablations.json
     python3 benchmarks/cv.py --sets ncbi --rows shipped,no_termclf --out benchmarks/results/cv_ncbi.json
+    python3 benchmarks/cv.py --sets cdn --rows shipped,ensemble_3 --out benchmarks/results/cv_cdn.json
     python3 benchmarks/cv.py --write-folds runs/cv_folds      # each outer fold's training file, for the row
     python3 benchmarks/cv.py --rows shipped,dense --dense 'runs/cv_dense/fold{k}' \
                              --out benchmarks/results/cv_dense.json

@@ -45,7 +45,8 @@ SITE_TYPE = ("site", "type", "nature")
 #: GBMs in the pair scorer and the share of the feature columns each sees (:class:`SubspaceEnsemble`).
 #: One by default: with the list-context features, 3 GBMs on 70% of the columns each were +0.1 point
 #: of exact-set accuracy over one GBM on 5,000 Yidu-N7K mentions cross-validated (``benchmarks/cv.py``,
-#: row ``ensemble_3``; sign test p=0.66, within noise) for 1.3x the ranker's time.
+#: row ``ensemble_3``; sign test p=0.66, within noise) for 1.3x the ranker's time; on CHIP-CDN +0.2 points
+#: of micro-F1 over 7,000 mentions (0.697 -> 0.700, lower on 2 of 5 folds; ``cv_cdn.json``).
 #: Selectable: ``termnorm train lexical --ensemble N``.
 ENSEMBLE = 1
 COLUMN_SHARE = 0.7
