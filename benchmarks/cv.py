@@ -7,6 +7,7 @@
     python3 benchmarks/cv.py --rows shipped,no_split --update --out benchmarks/results/cv_ablations.json
     python3 benchmarks/cv.py --sets ncbi --rows shipped,no_termclf --out benchmarks/results/cv_ncbi.json
     python3 benchmarks/cv.py --sets cdn --rows shipped,ensemble_3 --out benchmarks/results/cv_cdn.json
+    python3 benchmarks/cv.py --rows shipped,bag_3 --out benchmarks/results/cv_bag.json
     python3 benchmarks/cv.py --write-folds runs/cv_folds      # each outer fold's training file, for the row
     python3 benchmarks/cv.py --rows shipped,dense --dense 'runs/cv_dense/fold{k}' \
                              --out benchmarks/results/cv_dense.json
@@ -45,6 +46,8 @@ Rows that change what the candidates carry refit those per outer fold too
 - ``no_termclf``     without the per-term text classifier;
 - ``with_termclf``   with it, for a set whose setting leaves it out (how NCBI's was decided);
 - ``no_split``       multi-part mentions not split (``Engine(split=False)``);
+- ``bag_3``          three rankers on three K-fold splits of the history, probabilities averaged
+                     (``--bag 3``; three times the candidates' fit);
 - ``dense``          a dense bi-encoder as one more recall strategy (``termnorm evaluate --dense``): each
                      outer fold needs its own, trained on that fold's training mentions only (``--dense``
                      names the folders, ``{k}`` the fold; ``--write-folds DIR`` writes the training files
@@ -86,10 +89,11 @@ ROWS = {
     "with_termclf": dict(term_classifier=True),
     "no_split": dict(split=False),
     "dense": dict(dense=True),
+    "bag_3": dict(bag=3),
 }
 DEFAULT_ROWS = ("shipped", "ensemble_3", "no_context", "no_part_count", "before")
 #: options that change the candidates' scores: a row with any of them gets its own training data
-DATA_OPTIONS = ("keyword_features", "surface_diff", "term_classifier", "split", "dense")
+DATA_OPTIONS = ("keyword_features", "surface_diff", "term_classifier", "split", "dense", "bag")
 #: the permutation of the training file that cuts outer folds 1-4
 SPLIT_SEED = 2026
 
