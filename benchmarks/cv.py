@@ -92,7 +92,8 @@ ROWS = {
     "bag_3": dict(bag=3),
 }
 DEFAULT_ROWS = ("shipped", "ensemble_3", "no_context", "no_part_count", "before")
-#: options that change the candidates' scores: a row with any of them gets its own training data
+#: options of the ranker's training data (what the candidates carry, how many history splits): a row with
+#: any of them gets its own ``ranker_training_data``
 DATA_OPTIONS = ("keyword_features", "surface_diff", "term_classifier", "split", "dense", "bag")
 #: the permutation of the training file that cuts outer folds 1-4
 SPLIT_SEED = 2026
@@ -194,6 +195,11 @@ def _fit_and_score(eng, splits, row, seed, settings, texts, test, out, data_kw) 
                         "seconds": round(time.perf_counter() - t1, 1)}
 
 
+def _micro_f1(tp: int, n_pred: int, n_gold: int) -> float:
+    """Micro-F1 from pair counts (termnorm.evaluate.micro_prf's F1, which needs the term sets): 2·tp / (pred + gold)."""
+    return round(2 * tp / max(1, n_pred + n_gold), 4)
+
+
 def summarize(folds: list[dict]) -> dict:
     from scipy.stats import binomtest
 
@@ -207,10 +213,9 @@ def summarize(folds: list[dict]) -> dict:
         gold = sum(f["rows"][row]["n_gold"] for f in folds)
         only_row, only_ref = int((right & ~ref).sum()), int((~right & ref).sum())
         rows[row] = {
-            "accuracy": round(float(right.mean()), 4), "micro_f1": round(2 * tp / max(1, pred + gold), 4),
+            "accuracy": round(float(right.mean()), 4), "micro_f1": _micro_f1(tp, pred, gold),
             "per_fold_accuracy": {f["fold"]: round(float(np.mean(f["rows"][row]["right"])), 4) for f in folds},
-            "per_fold_micro_f1": {f["fold"]: round(2 * f["rows"][row]["tp"]
-                                                   / max(1, f["rows"][row]["n_pred"] + f["rows"][row]["n_gold"]), 4)
+            "per_fold_micro_f1": {f["fold"]: _micro_f1(*(f["rows"][row][c] for c in ("tp", "n_pred", "n_gold")))
                                   for f in folds},
             "right_only_here": only_row, "right_only_in_shipped": only_ref,
             "sign_test_p": (round(float(binomtest(only_row, only_row + only_ref).pvalue), 4)
