@@ -90,9 +90,9 @@ def run_set(name: str, data: Path, ablations: bool, dense_dir: str | None = None
 
     configs = [("full", {}, dict(ranker=True))]
     if dense_dir:
-        from termnorm.dense.biencoder import BiEncoder
+        from termnorm.dense.crossfit import load_dense
 
-        configs.append(("dense", dict(dense=BiEncoder.load(dense_dir)),
+        configs.append(("dense", dict(dense=load_dense(dense_dir)),
                         dict(ranker=True)))
     if ablations:
         configs += [("no_ranker", {}, dict(ranker=False)),

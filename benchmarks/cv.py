@@ -133,12 +133,12 @@ def write_folds(name: str, data: str, out: str) -> list[Path]:
 
 
 def _load_dense(pattern: str, k: int):
-    from termnorm.dense.biencoder import BiEncoder
+    from termnorm.dense.crossfit import load_dense
 
     d = Path(pattern.format(k=k))
     if not d.exists():
         raise SystemExit(f"--dense: no bi-encoder folder {d} for outer fold {k}")
-    return BiEncoder.load(d)
+    return load_dense(d)
 
 
 def run_fold(name: str, data: str, k: int, seed: int, rows: tuple[str, ...] = DEFAULT_ROWS,

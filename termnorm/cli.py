@@ -74,9 +74,9 @@ def build_engine(args, progress=True):
     history = load_labelled(args.train, vocab).mentions if args.train else None
     dense = ranker = None
     if getattr(args, "dense", None):
-        from termnorm.dense.biencoder import BiEncoder
+        from termnorm.dense.crossfit import load_dense
 
-        dense = BiEncoder.load(args.dense)
+        dense = load_dense(args.dense)
     if getattr(args, "ranker", None):
         from termnorm.rank.crossfit import load_ranker
 

@@ -600,9 +600,9 @@ class Engine:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
         dense = ranker = None
         if (folder / "dense").is_dir():
-            from termnorm.dense.biencoder import BiEncoder
+            from termnorm.dense.crossfit import load_dense
 
-            dense = BiEncoder.load(folder / "dense")
+            dense = load_dense(folder / "dense")
         if (folder / "ranker").is_dir():
             from termnorm.rank.crossfit import load_ranker
 

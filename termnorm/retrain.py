@@ -436,11 +436,23 @@ def retrain_neural(current_folder: Path, vocabulary, train: list[LabelledMention
     """
     parts, report = {}, {}
     if (current_folder / "dense").is_dir():
-        from termnorm.dense import BiEncoder, train_biencoder
+        from termnorm.dense import train_biencoder
+        from termnorm.dense.crossfit import CrossFitBiEncoder, load_dense
+        from termnorm.rank.crossfit import fold_of_text, outside_fold
 
-        enc = BiEncoder.load(current_folder / "dense")
-        report["dense"] = _jsonable(train_biencoder(enc, vocabulary, train, objective="nce", epochs=1,
-                                                    time_budget_s=budget_s, progress=progress))
+        enc = load_dense(current_folder / "dense")
+        if isinstance(enc, CrossFitBiEncoder):
+            # as for the cross-fitted ranker below: each fold encoder learns without its own fold
+            for m in train:
+                enc.fold_of.setdefault(normalize(m.text), fold_of_text(m.text, enc.folds))
+            share = budget_s / enc.folds if budget_s else None
+            report["dense"] = {"folds": [
+                _jsonable(train_biencoder(sub, vocabulary, outside_fold(train, enc.fold_of, k), objective="nce",
+                                          epochs=1, time_budget_s=share, progress=progress))
+                for k, sub in enumerate(enc.models)]}
+        else:
+            report["dense"] = _jsonable(train_biencoder(enc, vocabulary, train, objective="nce", epochs=1,
+                                                        time_budget_s=budget_s, progress=progress))
         report["dense"]["device"] = str(enc.device)
         parts["dense"] = enc
     if (current_folder / "ranker").is_dir():

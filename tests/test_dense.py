@@ -289,3 +289,106 @@ def test_main_writes_model_index_and_config(tiny_dir, tmp_path):
     vocab = load_vocabulary(DEMO / "procedures.csv")
     rec = DenseRecaller.load(out / "index", enc, vocab)
     assert len(rec.recall("甲状腺病损切除术", 5)) == 5
+
+
+# ---------------------------------------------------------------- cross-fitted bi-encoders
+def test_main_folds_writes_a_cross_fitted_encoder_whose_scores_are_out_of_fold(tiny_dir, demo, tmp_path):
+    """`--folds 2` trains two encoders, each without one hash fold; the folder loads as one encoder whose
+    index scores a training mention with its blind encoder's cosine and a new mention with the mean."""
+    from termnorm.dense.crossfit import CrossFitBiEncoder, load_dense
+    from termnorm.rank.crossfit import fold_of_text
+    from termnorm.text.normalize import normalize
+
+    vocab, mentions = demo
+    out = tmp_path / "cf"
+    common = ["--vocab", str(DEMO / "procedures.csv"), "--train", str(DEMO / "mentions.csv"),
+              "--encoder", str(tiny_dir), "--objective", "nce", "--epochs", "1", "--max-steps", "2",
+              "--batch-size", "8", "--lr", "1e-3", "--no-progress", "--folds", "2", "--out", str(out)]
+    assert main(common + ["--fold", "1"]) == 0
+    assert not (out / "folds.json").exists()  # fold 0 still to train: not usable yet
+    with pytest.raises(FileNotFoundError):
+        CrossFitBiEncoder.load(out)
+    assert main(common + ["--fold", "0"]) == 0  # the last fold to finish writes the fold map
+    enc = load_dense(out, device="cpu")
+    assert isinstance(enc, CrossFitBiEncoder) and enc.folds == 2 and enc.dim == 2 * enc.models[0].dim
+    texts = [r["mention"] for r in csv.DictReader(open(DEMO / "mentions.csv", encoding="utf-8"))]
+    assert set(enc.fold_of) == {normalize(t) for t in texts}
+    assert all(enc.fold_of[normalize(t)] == fold_of_text(t, 2) for t in texts)
+    for k in range(2):  # each encoder was validated on the fold it never saw
+        cfg = json.loads((out / f"fold{k}" / "config.json").read_text(encoding="utf-8"))
+        assert cfg["n_val_mentions"] == sum(fold_of_text(t, 2) == k for t in texts)
+        assert cfg["n_train_mentions"] + cfg["n_val_mentions"] == len(texts)
+    # the two fold encoders differ (trained on different mentions)
+    names = vocab.names[:30]
+    t0, t1 = enc.models[0].encode_terms(names), enc.models[1].encode_terms(names)
+    assert not np.allclose(t0, t1)
+    forms = enc.encode_terms(names)
+    assert np.allclose(np.linalg.norm(forms, axis=1), 1.0, atol=1e-5)
+    seen = [m.text for m in mentions[:12]]
+    new = ["右侧甲状腺全切除术后探查", "腹腔镜下胆囊切除+阑尾切除"]
+    assert all(normalize(t) not in enc.fold_of for t in new)
+    got = enc.encode_queries(seen + new) @ forms.T
+    for i, t in enumerate(seen):  # a training mention: its blind encoder's cosine alone
+        k = fold_of_text(t, 2)
+        blind = enc.models[k].encode_queries([t]) @ (t0 if k == 0 else t1).T
+        np.testing.assert_allclose(got[i], blind[0], atol=1e-5)
+    for j, t in enumerate(new):  # a new mention: the mean of the two cosines
+        mean = (enc.models[0].encode_queries([t]) @ t0.T + enc.models[1].encode_queries([t]) @ t1.T) / 2
+        np.testing.assert_allclose(got[len(seen) + j], mean[0], atol=1e-5)
+    counts, prob = enc.predict_count(seen + new)
+    assert prob.shape == (len(seen) + len(new), 3) and set(counts) <= {1, 2, 3}
+
+
+def test_cross_fitted_encoder_in_the_engine_and_its_save_load(tiny_dir, demo, tmp_path):
+    """The engine takes a cross-fitted encoder as its dense recaller (FAISS over the concatenated forms),
+    saves it with the pipeline and reloads the same recall."""
+    from termnorm.dense.crossfit import CrossFitBiEncoder, load_dense
+    from termnorm.engine import Engine
+    from termnorm.rank.crossfit import fold_of_text
+    from termnorm.text.normalize import normalize
+
+    vocab, mentions = demo
+    history = mentions[:40]
+    enc = CrossFitBiEncoder([fresh(tiny_dir), fresh(tiny_dir)],
+                            {normalize(m.text): fold_of_text(m.text, 2) for m in history})
+    with pytest.raises(ValueError):
+        CrossFitBiEncoder([fresh(tiny_dir)], {})
+    eng = Engine(vocab, history=history, dense=enc, recall_profile="compact")
+    probe = [m.text for m in mentions[40:50]]
+    before = eng.recall_batch(probe)
+    assert any("dense" in c.scores for cands in before for c in cands)
+    eng.fit_lexical(history, seed=0)
+    folder = eng.save(tmp_path / "pipe")
+    assert (folder / "dense" / "folds.json").is_file()
+    back = Engine.load(folder)
+    assert isinstance(back.dense, CrossFitBiEncoder) and back.dense.fold_of == enc.fold_of
+    again = back.recall_batch(probe)
+    for a, b in zip(before, again):
+        assert [c.term_id for c in a] == [c.term_id for c in b]
+        assert [c.scores.get("dense") for c in a] == pytest.approx([c.scores.get("dense") for c in b])
+    assert isinstance(load_dense(folder / "dense", device="cpu"), CrossFitBiEncoder)
+
+
+def test_app_retraining_fine_tunes_a_cross_fitted_encoder_fold_by_fold(tiny_dir, demo, tmp_path):
+    """retrain.retrain_neural (the Training page's neural step) goes on training each fold encoder without
+    its own fold; the new mentions join the fold their hash gives."""
+    from termnorm.dense.crossfit import CrossFitBiEncoder, load_dense
+    from termnorm.rank.crossfit import fold_of_text
+    from termnorm.retrain import retrain_neural
+    from termnorm.text.normalize import normalize
+
+    vocab, mentions = demo
+    old, new = mentions[:20], mentions[20:60]
+    enc = CrossFitBiEncoder([fresh(tiny_dir), fresh(tiny_dir)],
+                            {normalize(m.text): fold_of_text(m.text, 2) for m in old})
+    enc.save(tmp_path / "v1" / "dense")
+    writer, report = retrain_neural(tmp_path / "v1", vocab, old + new, budget_s=None)
+    writer(tmp_path / "v2")
+    before, after = load_dense(tmp_path / "v1" / "dense", "cpu"), load_dense(tmp_path / "v2" / "dense", "cpu")
+    assert isinstance(after, CrossFitBiEncoder)
+    assert after.fold_of == {normalize(m.text): fold_of_text(m.text, 2) for m in old + new}
+    assert len(report["dense"]["folds"]) == 2
+    probe = vocab.names[:10]
+    for k in (0, 1):
+        assert report["dense"]["folds"][k]["steps"] > 0
+        assert not np.allclose(before.models[k].encode_terms(probe), after.models[k].encode_terms(probe))

@@ -559,8 +559,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--calibrate-sieve", action="store_true", help="pick the sieve threshold on --val")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--folds", type=int, default=1,
+                    help="K >= 2: cross-fit K bi-encoders, each without one fold of the mentions "
+                         "(termnorm.dense.crossfit), so a pipeline fitted on the same mentions (termnorm train "
+                         "lexical --dense) sees out-of-fold dense scores; each is validated on its own held-out "
+                         "fold unless --val is given")
+    ap.add_argument("--fold", type=int,
+                    help="with --folds: train only this fold's model (run the folds side by side, one process "
+                         "per core or GPU; the last to finish writes the fold map)")
     ap.add_argument("--out", required=True, help="output folder")
     args = ap.parse_args(argv)
+    if args.fold is not None and (args.folds < 2 or not 0 <= args.fold < args.folds):
+        print(f"--fold needs --folds K >= 2 and must be in 0..K-1 (got --fold {args.fold} --folds {args.folds})",
+              file=sys.stderr)
+        return 2
 
     from termnorm.io import load_labelled, load_vocabulary
 
@@ -577,6 +589,31 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         configure_cpu_threads(args.threads)
     folder = resolve_encoder_folder(args.encoder)
+    out = Path(args.out)
+    if args.folds < 2:
+        _train_one(args, folder, vocab, train, val, out, t0)
+        return 0
+    from termnorm.dense.crossfit import missing_folds, write_fold_map
+    from termnorm.rank.crossfit import fold_of_text, outside_fold
+
+    fold_of = {normalize(m.text): fold_of_text(m.text, args.folds) for m in train}
+    for k in range(args.folds) if args.fold is None else [args.fold]:
+        held = [m for m in train if fold_of[normalize(m.text)] == k]
+        print(f"fold {k + 1}/{args.folds}: training without the {len(held)} mentions of this fold", flush=True)
+        fold_val = val if val is not None else (held[: args.max_val] if args.max_val else held)
+        _train_one(args, folder, vocab, outside_fold(train, fold_of, k), fold_val, out / f"fold{k}",
+                   time.perf_counter())
+    missing = missing_folds(out, args.folds)
+    if missing:  # --fold: the run that finishes the last fold writes the fold map
+        print(f"fold model(s) {missing} still to train (--fold); {out} is not usable until they are")
+        return 0
+    write_fold_map(out, args.folds, fold_of)
+    print(f"cross-fitted bi-encoder ({args.folds} folds) written to {out}")
+    return 0
+
+
+def _train_one(args, folder: Path, vocab, train, val, out: Path, t0: float) -> None:
+    """Train one bi-encoder on ``train`` and write ``out``: model/, index/ and config.json (last)."""
     model = BiEncoder.from_folder(folder, device=args.device, max_seq_length=args.max_seq_length,
                                   layers=args.layers)
     freeze = {"auto": None, "yes": True, "no": False}[args.freeze_embeddings]
@@ -586,7 +623,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                               count_head=not args.no_count_head, time_budget_s=args.max_seconds,
                               max_steps=args.max_steps, seed=args.seed, progress=not args.no_progress,
                               n_hard_terms=args.hard_terms, n_hard_queries=args.hard_queries, state=state)
-    out = Path(args.out)
     model.save(out / "model")
     from termnorm.dense.sieve import Sieve, calibrate_threshold
 
@@ -606,6 +642,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "data": {k: {"path": str(Path(p).resolve()), "sha256": sha256_file(p)}
                  for k, p in (("vocab", args.vocab), ("train", args.train), ("val", args.val)) if p},
         "n_train_mentions": len(train),
+        "n_val_mentions": len(val) if val else 0,
         "params": {k: v for k, v in vars(args).items() if k not in ("vocab", "train", "val", "out", "encoder")},
         "metrics": metrics,
         "sieve": sieve_info,
@@ -618,7 +655,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                       "encode_strings_per_s": metrics.get("encode_strings_per_s"),
                       "sieve_threshold": sieve_info and sieve_info.get("threshold")},
                      ensure_ascii=False, default=_json_default))
-    return 0
 
 
 def _json_default(o):

@@ -1,0 +1,159 @@
+"""Cross-fitted bi-encoders: out-of-fold dense scores for the GBM's own training mentions.
+
+A bi-encoder trained on the labelled mentions puts their gold terms near the
+top of its ranking with a cosine it will never reach on a new mention. The GBM
+ranker learns how far to trust the dense score (``dense``) from the K-fold
+candidates of those same mentions, so it would learn to trust an in-sample
+cosine. ``termnorm train recall --folds K`` therefore trains K bi-encoders,
+encoder k without the mentions of fold k (the fold of a mention is the hash of
+:func:`termnorm.rank.crossfit.fold_of_text`, as for the cross-fitted
+cross-encoder): a training mention is searched with the encoder that never saw
+it, any other mention with all K.
+
+:class:`CrossFitBiEncoder` does this inside one FAISS index. A surface form is
+the concatenation of its K encodings, each scaled by 1/sqrt(K) (a unit row); a
+new mention is the concatenation of its K query encodings, also scaled by
+1/sqrt(K), so the inner product is the *mean* of the K cosines; a training
+mention of fold k has only slot k filled, scaled by sqrt(K), so the inner
+product is encoder k's cosine alone. The dense recall strategy, its index and
+the engine use it like a single :class:`~termnorm.dense.biencoder.BiEncoder`.
+
+Folder layout (``folds.json`` marks it, the format of the cross-fitted ranker)::
+
+    folds.json     {"format": "termnorm-crossfit/1", "folds": K, "fold_of": {normalized mention: k}}
+    fold0/ ...     BiEncoder folders (:meth:`BiEncoder.save`), encoder k trained without fold k
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from termnorm.dense.biencoder import CONFIG_NAME, BiEncoder
+from termnorm.rank.crossfit import FOLDS_FILE, FORMAT
+from termnorm.text.normalize import normalize
+
+
+class CrossFitBiEncoder:
+    """K bi-encoders, each blind to one fold of the training mentions; encodes like one :class:`BiEncoder`
+    of dimension K x d (see the module docstring for the scaling)."""
+
+    def __init__(self, models: Sequence[BiEncoder], fold_of: dict[str, int]):
+        if len(models) < 2:
+            raise ValueError("a cross-fitted bi-encoder needs at least 2 fold models")
+        dims = {m.dim for m in models}
+        if len(dims) != 1:
+            raise ValueError(f"the fold models disagree on the embedding size: {sorted(dims)}")
+        bad = {k for k in fold_of.values() if not 0 <= k < len(models)}
+        if bad:
+            raise ValueError(f"fold numbers {sorted(bad)} outside 0..{len(models) - 1}")
+        self.models = list(models)
+        self.fold_of = dict(fold_of)
+
+    @property
+    def folds(self) -> int:
+        return len(self.models)
+
+    @property
+    def dim(self) -> int:
+        return self.folds * self.models[0].dim
+
+    @property
+    def device(self):
+        return self.models[0].device
+
+    @property
+    def source(self) -> str:
+        return self.models[0].source
+
+    @property
+    def count_head(self):
+        return self.models[0].count_head
+
+    def fold(self, text: str) -> int:
+        """The fold whose encoder never saw ``text`` (-1: a mention no encoder was trained on)."""
+        return self.fold_of.get(normalize(text), -1)
+
+    # ---- encoding ---------------------------------------------------------------
+    def encode_terms(self, texts: Sequence[str], batch_size: int = 256, progress: bool = False) -> np.ndarray:
+        """Vocabulary forms: the K encodings side by side, each scaled by 1/sqrt(K) (unit rows)."""
+        parts = [m.encode_terms(texts, batch_size, progress) for m in self.models]
+        return np.ascontiguousarray(np.hstack(parts) / np.sqrt(self.folds), dtype=np.float32)
+
+    def encode_queries(self, texts: Sequence[str], batch_size: int = 256, progress: bool = False) -> np.ndarray:
+        """Mentions: all K slots (/sqrt(K), inner product with a form = mean cosine) for a new mention; only
+        the blind encoder's slot (x sqrt(K), inner product = its cosine) for a training mention."""
+        texts = list(texts)
+        K, d = self.folds, self.models[0].dim
+        out = np.zeros((len(texts), K * d), dtype=np.float32)
+        folds = np.array([self.fold(t) for t in texts], dtype=np.int64)
+        for k, m in enumerate(self.models):
+            rows = np.flatnonzero((folds < 0) | (folds == k))
+            if len(rows) == 0:
+                continue
+            vecs = m.encode_queries([texts[i] for i in rows], batch_size, progress)
+            scale = np.where(folds[rows] == k, np.sqrt(K), 1 / np.sqrt(K)).astype(np.float32)
+            out[rows, k * d:(k + 1) * d] = vecs * scale[:, None]
+        return out
+
+    def predict_count(self, mentions: Sequence[str], batch_size: int = 256) -> tuple[np.ndarray, np.ndarray]:
+        """Count head: the blind encoder's for a training mention, the mean of the K for any other."""
+        mentions = list(mentions)
+        probs = np.stack([m.predict_count(mentions, batch_size)[1] for m in self.models])  # [K, n, 3]
+        folds = [self.fold(t) for t in mentions]
+        prob = np.stack([probs[f, i] if f >= 0 else probs[:, i].mean(0) for i, f in enumerate(folds)])
+        return prob.argmax(1) + 1, prob
+
+    # ---- persistence ------------------------------------------------------------
+    def save(self, folder) -> Path:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        for k, m in enumerate(self.models):
+            m.save(folder / f"fold{k}")
+        return write_fold_map(folder, self.folds, self.fold_of)
+
+    @classmethod
+    def load(cls, folder, device: str | None = None) -> "CrossFitBiEncoder":
+        folder = Path(folder)
+        state = json.loads((folder / FOLDS_FILE).read_text(encoding="utf-8"))
+        if state.get("format") != FORMAT:
+            raise ValueError(f"{folder / FOLDS_FILE}: not a cross-fitted model ({state.get('format')!r})")
+        missing = missing_folds(folder, int(state["folds"]))
+        if missing:
+            raise FileNotFoundError(f"{folder}: fold model(s) {missing} missing")
+        models = [BiEncoder.load(folder / f"fold{k}", device=device) for k in range(int(state["folds"]))]
+        return cls(models, {str(t): int(k) for t, k in state["fold_of"].items()})
+
+
+def _is_dense_folder(folder: Path) -> bool:
+    """A complete fold model: a :meth:`BiEncoder.save` folder, or a ``termnorm train recall`` output folder
+    (its ``config.json`` is written last)."""
+    return (folder / CONFIG_NAME).is_file() or ((folder / "config.json").is_file()
+                                                and (folder / "model" / CONFIG_NAME).is_file())
+
+
+def missing_folds(folder, folds: int) -> list[int]:
+    """The folds whose bi-encoder is not (completely) written in ``folder`` yet."""
+    return [k for k in range(folds) if not _is_dense_folder(Path(folder) / f"fold{k}")]
+
+
+def write_fold_map(folder, folds: int, fold_of: dict[str, int]) -> Path:
+    """Write ``folds.json`` beside the fold models ``fold0/`` ... (already written there)."""
+    folder = Path(folder)
+    missing = missing_folds(folder, folds)
+    if missing:
+        raise FileNotFoundError(f"{folder}: fold model(s) {missing} missing")
+    (folder / FOLDS_FILE).write_text(json.dumps({"format": FORMAT, "folds": folds, "fold_of": fold_of},
+                                                ensure_ascii=False), encoding="utf-8")
+    return folder
+
+
+def load_dense(folder, device: str | None = None):
+    """A dense folder written by ``termnorm train recall``: cross-fitted (``folds.json``) or one bi-encoder."""
+    folder = Path(folder)
+    if (folder / FOLDS_FILE).is_file():
+        return CrossFitBiEncoder.load(folder, device=device)
+    return BiEncoder.load(folder, device=device)
