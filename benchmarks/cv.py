@@ -11,6 +11,8 @@
     python3 benchmarks/cv.py --write-folds runs/cv_folds      # each outer fold's training file, for the row
     python3 benchmarks/cv.py --rows shipped,dense --dense 'runs/cv_dense/fold{k}' \
                              --out benchmarks/results/cv_dense.json
+    python3 benchmarks/cv.py --rows shipped,dense,dense_crossfit --dense 'runs/cv_dense/fold{k}' \
+                             --dense-crossfit 'runs/cv_dense_cf/fold{k}' --out benchmarks/results/cv_dense_cf.json
 
 ``--update`` replaces the measured rows in ``--out`` and keeps its other rows, provided the file's
 ``shipped`` row is the one just measured (same accuracy per fold); otherwise it stops without writing.
@@ -52,10 +54,14 @@ Rows that change what the candidates carry refit those per outer fold too
                      outer fold needs its own, trained on that fold's training mentions only (``--dense``
                      names the folders, ``{k}`` the fold; ``--write-folds DIR`` writes the training files
                      to train them from, ``DIR/fold{k}/train.xlsx``).
+- ``dense_crossfit`` the same with a cross-fitted bi-encoder per outer fold (``termnorm train recall --folds
+                     K``, :mod:`termnorm.dense.crossfit`; ``--dense-crossfit`` names the folders): the
+                     fold's training mentions get out-of-fold dense scores.
 
 For each row: pooled exact-set accuracy and micro-F1, per-fold accuracy, and
 against ``shipped`` the mentions only one of the two gets right with a
-two-sided sign test (scipy's binomtest) on them. Prints a table and writes JSON.
+two-sided sign test (scipy's binomtest) on them; the same counts and test against every other
+row are in the JSON (``pairwise``). Prints a table and writes JSON.
 """
 
 from __future__ import annotations
@@ -88,7 +94,8 @@ ROWS = {
     "no_termclf": dict(term_classifier=False),
     "with_termclf": dict(term_classifier=True),
     "no_split": dict(split=False),
-    "dense": dict(dense=True),
+    "dense": dict(dense="dense"),
+    "dense_crossfit": dict(dense="crossfit"),
     "bag_3": dict(bag=3),
 }
 DEFAULT_ROWS = ("shipped", "ensemble_3", "no_context", "no_part_count", "before")
@@ -142,7 +149,7 @@ def _load_dense(pattern: str, k: int):
 
 
 def run_fold(name: str, data: str, k: int, seed: int, rows: tuple[str, ...] = DEFAULT_ROWS,
-             dense: str | None = None) -> dict:
+             dense: dict[str, str] | None = None) -> dict:
     """Fit the candidates once and every row's ranker on outer fold ``k``; per row, per test mention:
     right or not, and the pair counts of micro-F1."""
     from benchmarks.accuracy import SETS
@@ -167,7 +174,7 @@ def run_fold(name: str, data: str, k: int, seed: int, rows: tuple[str, ...] = DE
         eng = Engine(vocab, history=train, keyword_dir=data / "keywords" if name != "ncbi" else None,
                      recall_profile=settings["recall_profile"], max_candidates=settings["max_candidates"],
                      split=dict(data_kw).get("split", True),
-                     dense=_load_dense(dense, k) if dict(data_kw).get("dense") else None)
+                     dense=_load_dense(dense[dict(data_kw)["dense"]], k) if dict(data_kw).get("dense") else None)
         splits = eng.ranker_training_data(train, seed=seed,
                                           **{o: v for o, v in data_kw if o not in ("split", "dense")})
         if "candidates_seconds" not in out:
@@ -200,27 +207,35 @@ def _micro_f1(tp: int, n_pred: int, n_gold: int) -> float:
     return round(2 * tp / max(1, n_pred + n_gold), 4)
 
 
-def summarize(folds: list[dict]) -> dict:
+def _sign_test(a: np.ndarray, b: np.ndarray) -> dict:
+    """Mentions right only in ``a`` / only in ``b``, and the two-sided sign test on them."""
     from scipy.stats import binomtest
 
+    up, down = int((a & ~b).sum()), int((~a & b).sum())
+    return {"right_only_here": up, "right_only_there": down,
+            "sign_test_p": round(float(binomtest(up, up + down).pvalue), 4) if up + down else 1.0}
+
+
+def summarize(folds: list[dict]) -> dict:
     folds = sorted(folds, key=lambda f: f["fold"])
     ref = np.concatenate([f["rows"]["shipped"]["right"] for f in folds])
     rows = {}
+    right_of = {row: np.concatenate([f["rows"][row]["right"] for f in folds]) for row in folds[0]["rows"]}
     for row in folds[0]["rows"]:
-        right = np.concatenate([f["rows"][row]["right"] for f in folds])
+        right = right_of[row]
         tp = sum(f["rows"][row]["tp"] for f in folds)
         pred = sum(f["rows"][row]["n_pred"] for f in folds)
         gold = sum(f["rows"][row]["n_gold"] for f in folds)
-        only_row, only_ref = int((right & ~ref).sum()), int((~right & ref).sum())
+        vs_shipped = _sign_test(right, ref)
         rows[row] = {
             "accuracy": round(float(right.mean()), 4), "micro_f1": _micro_f1(tp, pred, gold),
             "per_fold_accuracy": {f["fold"]: round(float(np.mean(f["rows"][row]["right"])), 4) for f in folds},
             "per_fold_micro_f1": {f["fold"]: _micro_f1(*(f["rows"][row][c] for c in ("tp", "n_pred", "n_gold")))
                                   for f in folds},
-            "right_only_here": only_row, "right_only_in_shipped": only_ref,
-            "sign_test_p": (round(float(binomtest(only_row, only_row + only_ref).pvalue), 4)
-                            if only_row + only_ref else 1.0),
-            "ranker_fit_and_predict_seconds": round(sum(f["rows"][row]["seconds"] for f in folds), 1)}
+            "right_only_here": vs_shipped["right_only_here"],
+            "right_only_in_shipped": vs_shipped["right_only_there"], "sign_test_p": vs_shipped["sign_test_p"],
+            "ranker_fit_and_predict_seconds": round(sum(f["rows"][row]["seconds"] for f in folds), 1),
+            "pairwise": {other: _sign_test(right, r) for other, r in right_of.items() if other != row}}
     return {"mentions": int(len(ref)), "folds": [{k: f[k] for k in ("fold", "train", "test", "candidates_seconds")}
                                                  for f in folds], "rows": rows}
 
@@ -236,6 +251,8 @@ def main(argv=None) -> int:
                     help=f"rows to measure, 'shipped' first (of: {', '.join(ROWS)})")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "cv.json"))
     ap.add_argument("--dense", help="row dense: the bi-encoder folder of each outer fold, '{k}' for the fold")
+    ap.add_argument("--dense-crossfit",
+                    help="row dense_crossfit: the cross-fitted bi-encoder folder of each outer fold ('{k}')")
     ap.add_argument("--write-folds", metavar="DIR",
                     help="only write each outer fold's training file to DIR/fold{k}/train.xlsx and stop")
     ap.add_argument("--update", action="store_true",
@@ -258,13 +275,16 @@ def main(argv=None) -> int:
         ap.error(f"--rows: 'shipped' first, then any of {', '.join(ROWS)}; got {args.rows}")
     if "dense" in rows and not args.dense:
         ap.error("row dense needs --dense (the bi-encoder folder of each outer fold, '{k}' for the fold)")
+    if "dense_crossfit" in rows and not args.dense_crossfit:
+        ap.error("row dense_crossfit needs --dense-crossfit (the cross-fitted folder of each outer fold, '{k}')")
     results = {"command": "python3 benchmarks/cv.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                "machine": {"python": platform.python_version(), "platform": platform.platform()},
                "rows": {k: ROWS[k] or "defaults" for k in rows}, "results": {}}
     t0 = time.perf_counter()
     for name in args.sets.split(","):
         with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            jobs = [pool.submit(run_fold, name, args.data, k, args.seed, rows, args.dense) for k in folds]
+            dense = {"dense": args.dense, "crossfit": args.dense_crossfit}
+            jobs = [pool.submit(run_fold, name, args.data, k, args.seed, rows, dense) for k in folds]
             done = [j.result() for j in tqdm(jobs, desc=f"{name}: outer folds")]
         res = results["results"][name] = summarize(done)
         print(f"{name}: {res['mentions']} test mentions over folds {folds}")
@@ -274,6 +294,12 @@ def main(argv=None) -> int:
                   f"{r['right_only_in_shipped']:<12d} {r['sign_test_p']:9.4f}   "
                   + " ".join(f"{v:.3f}" for v in r["per_fold_accuracy"].values())
                   + "   micro-F1 " + " ".join(f"{v:.3f}" for v in r["per_fold_micro_f1"].values()), flush=True)
+        others = [row for row in res["rows"] if row != "shipped"]
+        for i, a in enumerate(others):
+            for b in others[i + 1:]:
+                pw = res["rows"][a]["pairwise"][b]
+                print(f"  {a} against {b}: right only in {a} {pw['right_only_here']}, only in {b} "
+                      f"{pw['right_only_there']}, sign test p {pw['sign_test_p']:.4f}")
     results["seconds"] = round(time.perf_counter() - t0, 1)
     if args.update and Path(args.out).exists():
         results = _merge(json.loads(Path(args.out).read_text(encoding="utf-8")), results)

@@ -18,6 +18,9 @@ def test_the_dense_row_needs_its_per_fold_encoders(tmp_path, capsys):
         main(["--rows", "shipped,dense", "--out", str(tmp_path / "cv.json")])
     assert e.value.code == 2
     assert "row dense needs --dense" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--rows", "shipped,dense_crossfit", "--dense", "x{k}", "--out", str(tmp_path / "cv.json")])
+    assert "row dense_crossfit needs --dense-crossfit" in capsys.readouterr().err
     with pytest.raises(SystemExit, match=r"no bi-encoder folder .*fold3 for outer fold 3"):
         _load_dense(str(tmp_path / "fold{k}"), 3)
     assert not (tmp_path / "cv.json").exists()
@@ -60,4 +63,6 @@ def test_summary_scores_each_fold_and_counts_the_mentions_only_one_row_gets_righ
     assert row["per_fold_micro_f1"] == {0: 0.4, 1: 0.75}  # 2·1/(2+3), 2·3/(4+4)
     assert row["micro_f1"] == round(2 * 4 / (6 + 7), 4)
     assert (row["right_only_here"], row["right_only_in_shipped"]) == (1, 1)
+    assert row["pairwise"] == {"shipped": {"right_only_here": 1, "right_only_there": 1, "sign_test_p": 1.0}}
+    assert res["rows"]["shipped"]["pairwise"]["ensemble_3"]["right_only_there"] == 1
     assert res["rows"]["shipped"]["per_fold_micro_f1"] == {0: 0.8, 1: 0.5}
