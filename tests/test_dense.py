@@ -337,6 +337,11 @@ def test_main_folds_writes_a_cross_fitted_encoder_whose_scores_are_out_of_fold(t
         np.testing.assert_allclose(got[len(seen) + j], mean[0], atol=1e-5)
     counts, prob = enc.predict_count(seen + new)
     assert prob.shape == (len(seen) + len(new), 3) and set(counts) <= {1, 2, 3}
+    for i, t in enumerate(seen):  # the count head too: the blind encoder's for a training mention
+        np.testing.assert_allclose(prob[i], enc.models[fold_of_text(t, 2)].predict_count([t])[1][0], atol=1e-5)
+    for j, t in enumerate(new):  # and the mean of the two for a new one
+        mean = (enc.models[0].predict_count([t])[1][0] + enc.models[1].predict_count([t])[1][0]) / 2
+        np.testing.assert_allclose(prob[len(seen) + j], mean, atol=1e-5)
 
 
 def test_cross_fitted_encoder_in_the_engine_and_its_save_load(tiny_dir, demo, tmp_path):

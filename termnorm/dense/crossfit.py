@@ -33,7 +33,7 @@ from typing import Sequence
 import numpy as np
 
 from termnorm.dense.biencoder import CONFIG_NAME, BiEncoder
-from termnorm.rank.crossfit import FOLDS_FILE, FORMAT
+from termnorm.rank.crossfit import FOLDS_FILE, FORMAT, check_fold_models, missing_folds, write_fold_map
 from termnorm.text.normalize import normalize
 
 
@@ -42,14 +42,10 @@ class CrossFitBiEncoder:
     of dimension K x d (see the module docstring for the scaling)."""
 
     def __init__(self, models: Sequence[BiEncoder], fold_of: dict[str, int]):
-        if len(models) < 2:
-            raise ValueError("a cross-fitted bi-encoder needs at least 2 fold models")
+        check_fold_models(models, fold_of, "bi-encoder")
         dims = {m.dim for m in models}
         if len(dims) != 1:
             raise ValueError(f"the fold models disagree on the embedding size: {sorted(dims)}")
-        bad = {k for k in fold_of.values() if not 0 <= k < len(models)}
-        if bad:
-            raise ValueError(f"fold numbers {sorted(bad)} outside 0..{len(models) - 1}")
         self.models = list(models)
         self.fold_of = dict(fold_of)
 
@@ -102,9 +98,13 @@ class CrossFitBiEncoder:
     def predict_count(self, mentions: Sequence[str], batch_size: int = 256) -> tuple[np.ndarray, np.ndarray]:
         """Count head: the blind encoder's for a training mention, the mean of the K for any other."""
         mentions = list(mentions)
-        probs = np.stack([m.predict_count(mentions, batch_size)[1] for m in self.models])  # [K, n, 3]
-        folds = [self.fold(t) for t in mentions]
-        prob = np.stack([probs[f, i] if f >= 0 else probs[:, i].mean(0) for i, f in enumerate(folds)])
+        folds = np.array([self.fold(t) for t in mentions], dtype=np.int64)
+        prob = np.zeros((len(mentions), 3), dtype=np.float64)
+        for k, m in enumerate(self.models):  # each encoder only on the mentions it scores
+            rows = np.flatnonzero((folds < 0) | (folds == k))
+            if len(rows):
+                p = m.predict_count([mentions[i] for i in rows], batch_size)[1]
+                prob[rows] += p * np.where(folds[rows] == k, 1.0, 1 / self.folds)[:, None]
         return prob.argmax(1) + 1, prob
 
     # ---- persistence ------------------------------------------------------------
@@ -113,7 +113,7 @@ class CrossFitBiEncoder:
         folder.mkdir(parents=True, exist_ok=True)
         for k, m in enumerate(self.models):
             m.save(folder / f"fold{k}")
-        return write_fold_map(folder, self.folds, self.fold_of)
+        return write_fold_map(folder, self.folds, self.fold_of, dense_saved)
 
     @classmethod
     def load(cls, folder, device: str | None = None) -> "CrossFitBiEncoder":
@@ -121,34 +121,18 @@ class CrossFitBiEncoder:
         state = json.loads((folder / FOLDS_FILE).read_text(encoding="utf-8"))
         if state.get("format") != FORMAT:
             raise ValueError(f"{folder / FOLDS_FILE}: not a cross-fitted model ({state.get('format')!r})")
-        missing = missing_folds(folder, int(state["folds"]))
+        missing = missing_folds(folder, int(state["folds"]), dense_saved)
         if missing:
             raise FileNotFoundError(f"{folder}: fold model(s) {missing} missing")
         models = [BiEncoder.load(folder / f"fold{k}", device=device) for k in range(int(state["folds"]))]
         return cls(models, {str(t): int(k) for t, k in state["fold_of"].items()})
 
 
-def _is_dense_folder(folder: Path) -> bool:
+def dense_saved(folder: Path) -> bool:
     """A complete fold model: a :meth:`BiEncoder.save` folder, or a ``termnorm train recall`` output folder
     (its ``config.json`` is written last)."""
     return (folder / CONFIG_NAME).is_file() or ((folder / "config.json").is_file()
                                                 and (folder / "model" / CONFIG_NAME).is_file())
-
-
-def missing_folds(folder, folds: int) -> list[int]:
-    """The folds whose bi-encoder is not (completely) written in ``folder`` yet."""
-    return [k for k in range(folds) if not _is_dense_folder(Path(folder) / f"fold{k}")]
-
-
-def write_fold_map(folder, folds: int, fold_of: dict[str, int]) -> Path:
-    """Write ``folds.json`` beside the fold models ``fold0/`` ... (already written there)."""
-    folder = Path(folder)
-    missing = missing_folds(folder, folds)
-    if missing:
-        raise FileNotFoundError(f"{folder}: fold model(s) {missing} missing")
-    (folder / FOLDS_FILE).write_text(json.dumps({"format": FORMAT, "folds": folds, "fold_of": fold_of},
-                                                ensure_ascii=False), encoding="utf-8")
-    return folder
 
 
 def load_dense(folder, device: str | None = None):

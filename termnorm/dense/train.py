@@ -593,22 +593,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.folds < 2:
         _train_one(args, folder, vocab, train, val, out, t0)
         return 0
-    from termnorm.dense.crossfit import missing_folds, write_fold_map
-    from termnorm.rank.crossfit import fold_of_text, outside_fold
+    from termnorm.dense.crossfit import dense_saved
+    from termnorm.rank.crossfit import train_folds
 
-    fold_of = {normalize(m.text): fold_of_text(m.text, args.folds) for m in train}
-    for k in range(args.folds) if args.fold is None else [args.fold]:
-        held = [m for m in train if fold_of[normalize(m.text)] == k]
-        print(f"fold {k + 1}/{args.folds}: training without the {len(held)} mentions of this fold", flush=True)
+    def one_fold(mentions, held, fold_out):  # validated on its own held-out fold unless --val is given
         fold_val = val if val is not None else (held[: args.max_val] if args.max_val else held)
-        _train_one(args, folder, vocab, outside_fold(train, fold_of, k), fold_val, out / f"fold{k}",
-                   time.perf_counter())
-    missing = missing_folds(out, args.folds)
-    if missing:  # --fold: the run that finishes the last fold writes the fold map
-        print(f"fold model(s) {missing} still to train (--fold); {out} is not usable until they are")
-        return 0
-    write_fold_map(out, args.folds, fold_of)
-    print(f"cross-fitted bi-encoder ({args.folds} folds) written to {out}")
+        _train_one(args, folder, vocab, mentions, fold_val, fold_out, time.perf_counter())
+
+    train_folds(train, args.folds, args.fold, out, one_fold, complete=dense_saved, what="bi-encoder")
     return 0
 
 

@@ -27,7 +27,7 @@ import hashlib
 import json
 from collections import defaultdict
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -44,6 +44,15 @@ def fold_of_text(text: str, folds: int) -> int:
     return int.from_bytes(digest[:4], "big") % folds
 
 
+def check_fold_models(models: Sequence, fold_of: dict[str, int], what: str) -> None:
+    """ValueError unless there are >= 2 fold models and every fold number names one of them."""
+    if len(models) < 2:
+        raise ValueError(f"a cross-fitted {what} needs at least 2 fold models")
+    bad = {k for k in fold_of.values() if not 0 <= k < len(models)}
+    if bad:
+        raise ValueError(f"fold numbers {sorted(bad)} outside 0..{len(models) - 1}")
+
+
 def outside_fold(mentions, fold_of: dict[str, int], k: int) -> list:
     """The mentions fold model ``k`` trains on: those whose (normalized) text is not in fold ``k``."""
     return [m for m in mentions if fold_of[normalize(m.text)] != k]
@@ -57,11 +66,7 @@ class CrossFitRanker:
     """
 
     def __init__(self, models: Sequence, fold_of: dict[str, int]):
-        if len(models) < 2:
-            raise ValueError("a cross-fitted ranker needs at least 2 fold models")
-        bad = {k for k in fold_of.values() if not 0 <= k < len(models)}
-        if bad:
-            raise ValueError(f"fold numbers {sorted(bad)} outside 0..{len(models) - 1}")
+        check_fold_models(models, fold_of, "ranker")
         self.models = list(models)
         self.fold_of = dict(fold_of)
 
@@ -108,22 +113,48 @@ class CrossFitRanker:
         return cls(models, {str(t): int(k) for t, k in state["fold_of"].items()})
 
 
-def missing_folds(folder, folds: int) -> list[int]:
-    """The folds whose model is not (completely) saved in ``folder`` yet (its head is written last)."""
+def ranker_saved(folder: Path) -> bool:
+    """A complete ranker fold model (its head is written last)."""
     from termnorm.rank.kar import _HEAD_FILE
 
-    return [k for k in range(folds) if not (Path(folder) / f"fold{k}" / _HEAD_FILE).is_file()]
+    return (folder / _HEAD_FILE).is_file()
 
 
-def write_fold_map(folder, folds: int, fold_of: dict[str, int]) -> Path:
+def missing_folds(folder, folds: int, complete: Callable[[Path], bool] = ranker_saved) -> list[int]:
+    """The folds whose model is not (completely) saved in ``folder`` yet (``complete``: the check of one
+    fold folder; a ranker's by default, termnorm.dense.crossfit passes the bi-encoder's)."""
+    return [k for k in range(folds) if not complete(Path(folder) / f"fold{k}")]
+
+
+def write_fold_map(folder, folds: int, fold_of: dict[str, int],
+                   complete: Callable[[Path], bool] = ranker_saved) -> Path:
     """Write ``folds.json`` beside the fold models ``fold0/`` ... (already saved there)."""
     folder = Path(folder)
-    missing = missing_folds(folder, folds)
+    missing = missing_folds(folder, folds, complete)
     if missing:
         raise FileNotFoundError(f"{folder}: fold model(s) {missing} missing")
     (folder / FOLDS_FILE).write_text(json.dumps({"format": FORMAT, "folds": folds, "fold_of": fold_of},
                                                 ensure_ascii=False), encoding="utf-8")
     return folder
+
+
+def train_folds(train, folds: int, only: int | None, out, train_one: Callable,
+                complete: Callable[[Path], bool] = ranker_saved, what: str = "ranker") -> None:
+    """The cross-fitting loop of ``termnorm train rank|recall --folds K [--fold k]``: model k trained by
+    ``train_one(mentions outside fold k, mentions of fold k, out/fold{k})``, all K or only fold ``only``;
+    the run that finds every fold model complete writes the fold map."""
+    out = Path(out)
+    fold_of = {normalize(m.text): fold_of_text(m.text, folds) for m in train}
+    for k in range(folds) if only is None else [only]:
+        held = [m for m in train if fold_of[normalize(m.text)] == k]
+        print(f"fold {k + 1}/{folds}: training without the {len(held)} mentions of this fold", flush=True)
+        train_one(outside_fold(train, fold_of, k), held, out / f"fold{k}")
+    missing = missing_folds(out, folds, complete)
+    if missing:  # --fold: the run that finishes the last fold writes the fold map
+        print(f"fold model(s) {missing} still to train (--fold); {out} is not usable until they are")
+        return
+    write_fold_map(out, folds, fold_of, complete)
+    print(f"cross-fitted {what} ({folds} folds) written to {out}")
 
 
 def load_ranker(folder, tagger=None, device=None, quantize: bool | str = False):

@@ -38,11 +38,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from termnorm.rank.crossfit import fold_of_text, missing_folds, outside_fold, write_fold_map
+from termnorm.rank.crossfit import train_folds
 from termnorm.rank.fgm import FGM
 from termnorm.rank.kar import RankerModel, _autocast
 from termnorm.records import LabelledMention
-from termnorm.text.normalize import normalize
 from termnorm.vocabulary import Vocabulary
 
 CandidatesFn = Callable[[list[str]], list[list[str]]]
@@ -433,17 +432,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     # cross-fitting (termnorm.rank.crossfit): ranker k never sees the mentions of fold k, so the GBM that
     # learns how far to trust the ranker sees out-of-fold probabilities for its training mentions
-    fold_of = {normalize(m.text): fold_of_text(m.text, args.folds) for m in train}
-    for k in range(args.folds) if args.fold is None else [args.fold]:
-        print(f"fold {k + 1}/{args.folds}: training without the {sum(v == k for v in fold_of.values())} "
-              "mentions of this fold", flush=True)
-        train_one(outside_fold(train, fold_of, k), out / f"fold{k}")
-    missing = missing_folds(out, args.folds)
-    if missing:  # --fold: the run that finishes the last fold writes the fold map
-        print(f"fold model(s) {missing} still to train (--fold); {out} is not usable until they are")
-        return 0
-    write_fold_map(out, args.folds, fold_of)
-    print(f"cross-fitted ranker ({args.folds} folds) written to {out}")
+    train_folds(train, args.folds, args.fold, out, lambda mentions, held, folder: train_one(mentions, folder))
     return 0
 
 
