@@ -425,6 +425,24 @@ def _neural_parts(folder: Path | None) -> list[str]:
     return [p for p in ("dense", "ranker") if (folder / p).is_dir()]
 
 
+def _fine_tune(model, crossfit_cls, train: list[LabelledMention], budget_s, fit) -> dict:
+    """One fine-tuning pass, ``fit(model, mentions, budget_s) -> report``.
+
+    A cross-fitted model (``crossfit_cls``) learns fold by fold, each fold model without its own fold,
+    new mentions included (they join the fold their hash gives), so the GBM refitted over it still sees
+    out-of-fold scores for every training mention; the time budget is shared between the folds.
+    """
+    from termnorm.rank.crossfit import fold_of_text, outside_fold
+
+    if not isinstance(model, crossfit_cls):
+        return _jsonable(fit(model, train, budget_s))
+    for m in train:
+        model.fold_of.setdefault(normalize(m.text), fold_of_text(m.text, model.folds))
+    share = budget_s / model.folds if budget_s else None
+    return {"folds": [_jsonable(fit(sub, outside_fold(train, model.fold_of, k), share))
+                      for k, sub in enumerate(model.models)]}
+
+
 def retrain_neural(current_folder: Path, vocabulary, train: list[LabelledMention], tagger=None,
                    budget_s: float = NEURAL_BUDGET_S, progress: bool = False):
     """Fine-tune the neural parts found in ``current_folder`` from their current weights.
@@ -438,45 +456,23 @@ def retrain_neural(current_folder: Path, vocabulary, train: list[LabelledMention
     if (current_folder / "dense").is_dir():
         from termnorm.dense import train_biencoder
         from termnorm.dense.crossfit import CrossFitBiEncoder, load_dense
-        from termnorm.rank.crossfit import fold_of_text, outside_fold
 
         enc = load_dense(current_folder / "dense")
-        if isinstance(enc, CrossFitBiEncoder):
-            # as for the cross-fitted ranker below: each fold encoder learns without its own fold
-            for m in train:
-                enc.fold_of.setdefault(normalize(m.text), fold_of_text(m.text, enc.folds))
-            share = budget_s / enc.folds if budget_s else None
-            report["dense"] = {"folds": [
-                _jsonable(train_biencoder(sub, vocabulary, outside_fold(train, enc.fold_of, k), objective="nce",
-                                          epochs=1, time_budget_s=share, progress=progress))
-                for k, sub in enumerate(enc.models)]}
-        else:
-            report["dense"] = _jsonable(train_biencoder(enc, vocabulary, train, objective="nce", epochs=1,
-                                                        time_budget_s=budget_s, progress=progress))
+        report["dense"] = _fine_tune(enc, CrossFitBiEncoder, train, budget_s, lambda sub, items, budget: (
+            train_biencoder(sub, vocabulary, items, objective="nce", epochs=1, time_budget_s=budget,
+                            progress=progress)))
         report["dense"]["device"] = str(enc.device)
         parts["dense"] = enc
     if (current_folder / "ranker").is_dir():
         from termnorm.rank import train_ranker
-        from termnorm.rank.crossfit import CrossFitRanker, fold_of_text, load_ranker, outside_fold
+        from termnorm.rank.crossfit import CrossFitRanker, load_ranker
         from termnorm.rank.train import recall_candidates_fn
 
         model = load_ranker(current_folder / "ranker", tagger=tagger)
         fn = recall_candidates_fn(vocabulary)
-        if isinstance(model, CrossFitRanker):
-            # each fold model goes on learning without its own fold, new mentions included, so the
-            # GBM refitted over it still sees out-of-fold scores for every training mention
-            for m in train:
-                model.fold_of.setdefault(normalize(m.text), fold_of_text(m.text, model.folds))
-            share = budget_s / model.folds if budget_s else None
-            report["ranker"] = {"folds": [
-                _jsonable(train_ranker(sub, vocabulary, outside_fold(train, model.fold_of, k), fn,
-                                       epochs=1, time_budget_s=share, progress=progress))
-                for k, sub in enumerate(model.models)]}
-            report["ranker"]["device"] = str(model.models[0].device)
-        else:
-            report["ranker"] = _jsonable(train_ranker(model, vocabulary, train, fn, epochs=1,
-                                                      time_budget_s=budget_s, progress=progress))
-            report["ranker"]["device"] = str(model.device)
+        report["ranker"] = _fine_tune(model, CrossFitRanker, train, budget_s, lambda sub, items, budget: (
+            train_ranker(sub, vocabulary, items, fn, epochs=1, time_budget_s=budget, progress=progress)))
+        report["ranker"]["device"] = str((model.models[0] if isinstance(model, CrossFitRanker) else model).device)
         parts["ranker"] = model
 
     def writer(folder: Path) -> None:
