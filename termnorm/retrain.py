@@ -425,16 +425,16 @@ def _neural_parts(folder: Path | None) -> list[str]:
     return [p for p in ("dense", "ranker") if (folder / p).is_dir()]
 
 
-def _fine_tune(model, crossfit_cls, train: list[LabelledMention], budget_s, fit) -> dict:
+def _fine_tune(model, train: list[LabelledMention], budget_s, fit) -> dict:
     """One fine-tuning pass, ``fit(model, mentions, budget_s) -> report``.
 
-    A cross-fitted model (``crossfit_cls``) learns fold by fold, each fold model without its own fold,
+    A cross-fitted model (termnorm.rank.crossfit.CrossFit) learns fold by fold, each fold model without its own fold,
     new mentions included (they join the fold their hash gives), so the GBM refitted over it still sees
     out-of-fold scores for every training mention; the time budget is shared between the folds.
     """
-    from termnorm.rank.crossfit import fold_of_text, outside_fold
+    from termnorm.rank.crossfit import CrossFit, fold_of_text, outside_fold
 
-    if not isinstance(model, crossfit_cls):
+    if not isinstance(model, CrossFit):
         return _jsonable(fit(model, train, budget_s))
     for m in train:
         model.fold_of.setdefault(normalize(m.text), fold_of_text(m.text, model.folds))
@@ -455,24 +455,24 @@ def retrain_neural(current_folder: Path, vocabulary, train: list[LabelledMention
     parts, report = {}, {}
     if (current_folder / "dense").is_dir():
         from termnorm.dense import train_biencoder
-        from termnorm.dense.crossfit import CrossFitBiEncoder, load_dense
+        from termnorm.dense.crossfit import load_dense
 
         enc = load_dense(current_folder / "dense")
-        report["dense"] = _fine_tune(enc, CrossFitBiEncoder, train, budget_s, lambda sub, items, budget: (
+        report["dense"] = _fine_tune(enc, train, budget_s, lambda sub, items, budget: (
             train_biencoder(sub, vocabulary, items, objective="nce", epochs=1, time_budget_s=budget,
                             progress=progress)))
         report["dense"]["device"] = str(enc.device)
         parts["dense"] = enc
     if (current_folder / "ranker").is_dir():
         from termnorm.rank import train_ranker
-        from termnorm.rank.crossfit import CrossFitRanker, load_ranker
+        from termnorm.rank.crossfit import load_ranker
         from termnorm.rank.train import recall_candidates_fn
 
         model = load_ranker(current_folder / "ranker", tagger=tagger)
         fn = recall_candidates_fn(vocabulary)
-        report["ranker"] = _fine_tune(model, CrossFitRanker, train, budget_s, lambda sub, items, budget: (
+        report["ranker"] = _fine_tune(model, train, budget_s, lambda sub, items, budget: (
             train_ranker(sub, vocabulary, items, fn, epochs=1, time_budget_s=budget, progress=progress)))
-        report["ranker"]["device"] = str((model.models[0] if isinstance(model, CrossFitRanker) else model).device)
+        report["ranker"]["device"] = str(model.device)
         parts["ranker"] = model
 
     def writer(folder: Path) -> None:

@@ -26,40 +26,38 @@ Folder layout (``folds.json`` marks it, the format of the cross-fitted ranker)::
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from termnorm.dense.biencoder import CONFIG_NAME, BiEncoder
-from termnorm.rank.crossfit import FOLDS_FILE, FORMAT, check_fold_models, missing_folds, write_fold_map
-from termnorm.text.normalize import normalize
+from termnorm.rank.crossfit import FOLDS_FILE, CrossFit
 
 
-class CrossFitBiEncoder:
+def dense_saved(folder: Path) -> bool:
+    """A complete fold model: a :meth:`BiEncoder.save` folder, or a ``termnorm train recall`` output folder
+    (its ``config.json`` is written last)."""
+    return (folder / CONFIG_NAME).is_file() or ((folder / "config.json").is_file()
+                                                and (folder / "model" / CONFIG_NAME).is_file())
+
+
+class CrossFitBiEncoder(CrossFit):
     """K bi-encoders, each blind to one fold of the training mentions; encodes like one :class:`BiEncoder`
     of dimension K x d (see the module docstring for the scaling)."""
 
+    what = "bi-encoder"
+    saved = staticmethod(dense_saved)
+
     def __init__(self, models: Sequence[BiEncoder], fold_of: dict[str, int]):
-        check_fold_models(models, fold_of, "bi-encoder")
-        dims = {m.dim for m in models}
+        super().__init__(models, fold_of)
+        dims = {m.dim for m in self.models}
         if len(dims) != 1:
             raise ValueError(f"the fold models disagree on the embedding size: {sorted(dims)}")
-        self.models = list(models)
-        self.fold_of = dict(fold_of)
-
-    @property
-    def folds(self) -> int:
-        return len(self.models)
 
     @property
     def dim(self) -> int:
         return self.folds * self.models[0].dim
-
-    @property
-    def device(self):
-        return self.models[0].device
 
     @property
     def source(self) -> str:
@@ -68,10 +66,6 @@ class CrossFitBiEncoder:
     @property
     def count_head(self):
         return self.models[0].count_head
-
-    def fold(self, text: str) -> int:
-        """The fold whose encoder never saw ``text`` (-1: a mention no encoder was trained on)."""
-        return self.fold_of.get(normalize(text), -1)
 
     # ---- encoding ---------------------------------------------------------------
     def encode_terms(self, texts: Sequence[str], batch_size: int = 256, progress: bool = False) -> np.ndarray:
@@ -107,32 +101,13 @@ class CrossFitBiEncoder:
                 prob[rows] += p * np.where(folds[rows] == k, 1.0, 1 / self.folds)[:, None]
         return prob.argmax(1) + 1, prob
 
-    # ---- persistence ------------------------------------------------------------
-    def save(self, folder) -> Path:
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        for k, m in enumerate(self.models):
-            m.save(folder / f"fold{k}")
-        return write_fold_map(folder, self.folds, self.fold_of, dense_saved)
-
     @classmethod
     def load(cls, folder, device: str | None = None) -> "CrossFitBiEncoder":
-        folder = Path(folder)
-        state = json.loads((folder / FOLDS_FILE).read_text(encoding="utf-8"))
-        if state.get("format") != FORMAT:
-            raise ValueError(f"{folder / FOLDS_FILE}: not a cross-fitted model ({state.get('format')!r})")
-        missing = missing_folds(folder, int(state["folds"]), dense_saved)
-        if missing:
-            raise FileNotFoundError(f"{folder}: fold model(s) {missing} missing")
-        models = [BiEncoder.load(folder / f"fold{k}", device=device) for k in range(int(state["folds"]))]
-        return cls(models, {str(t): int(k) for t, k in state["fold_of"].items()})
+        return super().load(folder, device=device)
 
-
-def dense_saved(folder: Path) -> bool:
-    """A complete fold model: a :meth:`BiEncoder.save` folder, or a ``termnorm train recall`` output folder
-    (its ``config.json`` is written last)."""
-    return (folder / CONFIG_NAME).is_file() or ((folder / "config.json").is_file()
-                                                and (folder / "model" / CONFIG_NAME).is_file())
+    @classmethod
+    def _load_model(cls, folder: Path, **kw):
+        return BiEncoder.load(folder, **kw)
 
 
 def load_dense(folder, device: str | None = None):

@@ -44,29 +44,33 @@ def fold_of_text(text: str, folds: int) -> int:
     return int.from_bytes(digest[:4], "big") % folds
 
 
-def check_fold_models(models: Sequence, fold_of: dict[str, int], what: str) -> None:
-    """ValueError unless there are >= 2 fold models and every fold number names one of them."""
-    if len(models) < 2:
-        raise ValueError(f"a cross-fitted {what} needs at least 2 fold models")
-    bad = {k for k in fold_of.values() if not 0 <= k < len(models)}
-    if bad:
-        raise ValueError(f"fold numbers {sorted(bad)} outside 0..{len(models) - 1}")
-
-
 def outside_fold(mentions, fold_of: dict[str, int], k: int) -> list:
     """The mentions fold model ``k`` trains on: those whose (normalized) text is not in fold ``k``."""
     return [m for m in mentions if fold_of[normalize(m.text)] != k]
 
 
-class CrossFitRanker:
-    """K rankers, each blind to one fold; scores like :meth:`RankerModel.score`.
+def ranker_saved(folder: Path) -> bool:
+    """A complete ranker fold model (its head is written last)."""
+    from termnorm.rank.kar import _HEAD_FILE
 
-    ``fold_of`` maps a normalized training mention to its fold; a mention found there is scored by the
-    ranker trained without that fold (out of fold), any other by the mean of all K rankers.
-    """
+    return (folder / _HEAD_FILE).is_file()
+
+
+class CrossFit:
+    """K fold models and the fold of every training mention: what the cross-fitted ranker and bi-encoder
+    (termnorm.dense.crossfit) share -- the fold bookkeeping and the folder (``folds.json`` + ``fold{k}/``).
+    A subclass names its kind (``what``), the check of one complete fold folder (``saved``) and
+    ``_load_model(folder, **kw)``."""
+
+    what = "model"
+    saved: Callable[[Path], bool]
 
     def __init__(self, models: Sequence, fold_of: dict[str, int]):
-        check_fold_models(models, fold_of, "ranker")
+        if len(models) < 2:
+            raise ValueError(f"a cross-fitted {self.what} needs at least 2 fold models")
+        bad = {k for k in fold_of.values() if not 0 <= k < len(models)}
+        if bad:
+            raise ValueError(f"fold numbers {sorted(bad)} outside 0..{len(models) - 1}")
         self.models = list(models)
         self.fold_of = dict(fold_of)
 
@@ -74,13 +78,57 @@ class CrossFitRanker:
     def folds(self) -> int:
         return len(self.models)
 
+    @property
+    def device(self):
+        return self.models[0].device
+
+    def fold(self, text: str) -> int:
+        """The fold whose model never saw ``text`` (-1: a mention no fold model was trained on)."""
+        return self.fold_of.get(normalize(text), -1)
+
+    def save(self, folder) -> Path:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        for k, m in enumerate(self.models):
+            m.save(folder / f"fold{k}")
+        return write_fold_map(folder, self.folds, self.fold_of, self.saved)
+
+    @classmethod
+    def load(cls, folder, **kw):
+        """The folder :meth:`save` (or ``termnorm train rank|recall --folds K``) wrote; ``kw`` goes to each
+        fold model's loader."""
+        folder = Path(folder)
+        state = json.loads((folder / FOLDS_FILE).read_text(encoding="utf-8"))
+        if state.get("format") != FORMAT:
+            raise ValueError(f"{folder / FOLDS_FILE}: not a cross-fitted {cls.what} ({state.get('format')!r})")
+        missing = missing_folds(folder, int(state["folds"]), cls.saved)
+        if missing:
+            raise FileNotFoundError(f"{folder}: fold model(s) {missing} missing")
+        models = [cls._load_model(folder / f"fold{k}", **kw) for k in range(int(state["folds"]))]
+        return cls(models, {str(t): int(k) for t, k in state["fold_of"].items()})
+
+    @classmethod
+    def _load_model(cls, folder: Path, **kw):
+        raise NotImplementedError
+
+
+class CrossFitRanker(CrossFit):
+    """K rankers, each blind to one fold; scores like :meth:`RankerModel.score`.
+
+    ``fold_of`` maps a normalized training mention to its fold; a mention found there is scored by the
+    ranker trained without that fold (out of fold), any other by the mean of all K rankers.
+    """
+
+    what = "ranker"
+    saved = staticmethod(ranker_saved)
+
     def score(self, mentions: Sequence[str], candidate_lists: Sequence[Sequence[str]],
               batch_size: int = 64) -> list[np.ndarray]:
         """P(match) of every candidate of every mention, one array per mention."""
         out: list[np.ndarray | None] = [None] * len(mentions)
         groups: dict[int, list[int]] = defaultdict(list)
         for i, m in enumerate(mentions):
-            groups[self.fold_of.get(normalize(m), -1)].append(i)
+            groups[self.fold(m)].append(i)
         for k, idx in groups.items():
             ms = [mentions[i] for i in idx]
             cl = [candidate_lists[i] for i in idx]
@@ -93,31 +141,15 @@ class CrossFitRanker:
                 out[i] = p
         return out  # type: ignore[return-value]
 
-    def save(self, folder) -> Path:
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        for k, mod in enumerate(self.models):
-            mod.save(folder / f"fold{k}")
-        return write_fold_map(folder, self.folds, self.fold_of)
-
     @classmethod
     def load(cls, folder, tagger=None, device=None, quantize: bool | str = False) -> "CrossFitRanker":
+        return super().load(folder, tagger=tagger, device=device, quantize=quantize)
+
+    @classmethod
+    def _load_model(cls, folder: Path, **kw):
         from termnorm.rank.kar import RankerModel
 
-        folder = Path(folder)
-        state = json.loads((folder / FOLDS_FILE).read_text(encoding="utf-8"))
-        if state.get("format") != FORMAT:
-            raise ValueError(f"{folder / FOLDS_FILE}: not a cross-fitted ranker ({state.get('format')!r})")
-        models = [RankerModel.load(folder / f"fold{k}", tagger=tagger, device=device, quantize=quantize)
-                  for k in range(int(state["folds"]))]
-        return cls(models, {str(t): int(k) for t, k in state["fold_of"].items()})
-
-
-def ranker_saved(folder: Path) -> bool:
-    """A complete ranker fold model (its head is written last)."""
-    from termnorm.rank.kar import _HEAD_FILE
-
-    return (folder / _HEAD_FILE).is_file()
+        return RankerModel.load(folder, **kw)
 
 
 def missing_folds(folder, folds: int, complete: Callable[[Path], bool] = ranker_saved) -> list[int]:
