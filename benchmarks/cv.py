@@ -48,6 +48,10 @@ Rows that change what the candidates carry refit those per outer fold too
 - ``no_termclf``     without the per-term text classifier;
 - ``with_termclf``   with it, for a set whose setting leaves it out (how NCBI's was decided);
 - ``no_split``       multi-part mentions not split (``Engine(split=False)``);
+- ``coded_key``      history recall by coded key too (``--history-extras key``:
+                     :class:`termnorm.recall.history.CodedKeyRecaller`);
+- ``history_extras`` that and analogy recall (``--history-extras key,analogy``:
+                     :class:`termnorm.recall.analogy.AnalogyRecaller`);
 - ``bag_3``          three rankers on three K-fold splits of the history, probabilities averaged
                      (``--bag 3``; three times the candidates' fit);
 - ``dense``          a dense bi-encoder as one more recall strategy (``termnorm evaluate --dense``): each
@@ -97,11 +101,13 @@ ROWS = {
     "dense": dict(dense="dense"),
     "dense_crossfit": dict(dense="crossfit"),
     "bag_3": dict(bag=3),
+    "coded_key": dict(history_extras=("key",)),
+    "history_extras": dict(history_extras=("key", "analogy")),
 }
 DEFAULT_ROWS = ("shipped", "ensemble_3", "no_context", "no_part_count", "before")
 #: options of the ranker's training data (what the candidates carry, how many history splits): a row with
 #: any of them gets its own ``ranker_training_data``
-DATA_OPTIONS = ("keyword_features", "surface_diff", "term_classifier", "split", "dense", "bag")
+DATA_OPTIONS = ("keyword_features", "surface_diff", "term_classifier", "split", "dense", "bag", "history_extras")
 #: the permutation of the training file that cuts outer folds 1-4
 SPLIT_SEED = 2026
 
@@ -174,9 +180,10 @@ def run_fold(name: str, data: str, k: int, seed: int, rows: tuple[str, ...] = DE
         eng = Engine(vocab, history=train, keyword_dir=data / "keywords" if name != "ncbi" else None,
                      recall_profile=settings["recall_profile"], max_candidates=settings["max_candidates"],
                      split=dict(data_kw).get("split", True),
+                     history_extras=dict(data_kw).get("history_extras", ()),
                      dense=_load_dense(dense[dict(data_kw)["dense"]], k) if dict(data_kw).get("dense") else None)
         splits = eng.ranker_training_data(train, seed=seed,
-                                          **{o: v for o, v in data_kw if o not in ("split", "dense")})
+                                          **{o: v for o, v in data_kw if o not in ("split", "dense", "history_extras")})
         if "candidates_seconds" not in out:
             out["candidates_seconds"] = round(time.perf_counter() - t0, 1)
         for row in group:

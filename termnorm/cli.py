@@ -15,6 +15,10 @@ def _add_data_args(p, need_train=False):
     p.add_argument("--model", help="a trained pipeline folder (termnorm train ...)")
     p.add_argument("--keywords", help="folder of keyword lists (procedure_sites.txt ...); optional")
     p.add_argument("--no-split", action="store_true", help="do not split multi-part mentions")
+    p.add_argument("--history-extras", type=_history_extras, default=(),
+                   help="more history strategies, comma-separated: 'key' (coded mentions equal up to side and "
+                        "punctuation, score 'history_key'), 'analogy' (a coded neighbour's edit carried over to "
+                        "its term, score 'history_analogy'); none by default")
     p.add_argument("--dense", help="a trained bi-encoder (the 'model' folder written by `termnorm train recall`)")
     p.add_argument("--ranker", help="a trained keyword-attentive ranker folder (`termnorm train rank`)")
     p.add_argument("--recall-profile", choices=["wide", "compact", "deep"], default="wide",
@@ -51,6 +55,16 @@ def _ranker_options(args) -> dict:
                 part_count=not args.no_part_count)
 
 
+def _history_extras(text: str) -> tuple[str, ...]:
+    from termnorm.engine import HISTORY_EXTRAS
+
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    unknown = [n for n in names if n not in HISTORY_EXTRAS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown history strategies {unknown}; known: {', '.join(HISTORY_EXTRAS)}")
+    return names
+
+
 def _positive_int(text: str) -> int:
     try:
         n = int(text)
@@ -83,7 +97,8 @@ def build_engine(args, progress=True):
         ranker = load_ranker(args.ranker)
     eng = Engine(vocab, history=history, keyword_dir=args.keywords, split=not args.no_split,
                  recall_profile=args.recall_profile, dense=dense, ranker=ranker,
-                 max_candidates=getattr(args, "max_candidates", None))
+                 max_candidates=getattr(args, "max_candidates", None),
+                 history_extras=getattr(args, "history_extras", ()))
     return eng
 
 

@@ -562,7 +562,8 @@ def _retrain(vocabulary_id, *, url, registry, gold, gate, base, current, keyword
     # when neither changed (building it for a 10k-term vocabulary costs seconds)
     same = (current is not None and not data.synonyms and kw == current.keyword_dir
             and list(current.vocabulary.names) == list(vocab.names))
-    engine = Engine(vocab, history=train, keyword_dir=kw, split=split, tagger=current.tagger if same else None)
+    engine = Engine(vocab, history=train, keyword_dir=kw, split=split, tagger=current.tagger if same else None,
+                    history_extras=getattr(current, "history_extras", ()))
     secs["engine"] = round(time.perf_counter() - t1, 2)
 
     t1 = time.perf_counter()

@@ -74,6 +74,7 @@ def test_train_lexical_save_and_evaluate_with_model(demo_split, tmp_path):
     assert cfg["surface_diff"] is True and "surface-diff" in cfg["stages"]
     assert cfg["term_classifier"] is True and "term-classifier" in cfg["stages"] and "clf" in cfg["score_keys"]
     assert (cfg["ranker_ensemble"], cfg["context_features"], cfg["part_count"]) == (1, True, True)
+    assert cfg["history_extras"] == []
     assert (tmp_path / "r.joblib").stat().st_size > 0
     run("evaluate", "--model", str(tmp_path / "m"), "--test", str(d / "test.csv"), "--stage", "full",
         "--report", str(tmp_path / "e.json"))
@@ -81,8 +82,9 @@ def test_train_lexical_save_and_evaluate_with_model(demo_split, tmp_path):
     assert e["n"] == n_test and 1 < e["mean_candidates"] <= 6  # the saved pipeline keeps its candidate budget
     run("train", "lexical", "--vocab", str(DEMO / "procedures.csv"), "--train", str(d / "train.csv"),
         "--out", str(tmp_path / "m2"), "--no-surface-diff", "--no-term-classifier", "--bag", "2", "--seed", "5",
-        "--ensemble", "2", "--no-context-features", "--no-part-count")
+        "--ensemble", "2", "--no-context-features", "--no-part-count", "--history-extras", "analogy,key")
     cfg = json.loads((tmp_path / "m2" / "config.json").read_text(encoding="utf-8"))
+    assert cfg["history_extras"] == ["analogy", "key"]
     assert (cfg["ranker_ensemble"], cfg["context_features"], cfg["part_count"]) == (2, False, False)
     assert cfg["surface_diff"] is False and "surface-diff" not in cfg["stages"]
     assert cfg["term_classifier"] is False and "term-classifier" not in cfg["stages"]
@@ -91,6 +93,9 @@ def test_train_lexical_save_and_evaluate_with_model(demo_split, tmp_path):
     p = run("train", "lexical", "--vocab", str(DEMO / "procedures.csv"), "--train", str(d / "train.csv"),
             "--out", str(tmp_path / "m3"), "--bag", "0", check=False)
     assert p.returncode == 2 and "--bag: must be at least 1, got 0" in p.stderr
+    p = run("train", "lexical", "--vocab", str(DEMO / "procedures.csv"), "--train", str(d / "train.csv"),
+            "--out", str(tmp_path / "m3"), "--history-extras", "key,knn", check=False)
+    assert p.returncode == 2 and "unknown history strategies ['knn']; known: key, analogy" in p.stderr
     assert not (tmp_path / "m3").exists()
 
 

@@ -1,4 +1,5 @@
-"""benchmarks/cv.py: the outer folds' training files a per-fold dense bi-encoder is trained from."""
+"""benchmarks/cv.py: the outer folds' training files a per-fold dense bi-encoder is trained from; and
+benchmarks/history_extras.py's counts."""
 
 import sys
 from collections import Counter
@@ -66,3 +67,25 @@ def test_summary_scores_each_fold_and_counts_the_mentions_only_one_row_gets_righ
     assert row["pairwise"] == {"shipped": {"right_only_here": 1, "right_only_there": 1, "sign_test_p": 1.0}}
     assert res["rows"]["shipped"]["pairwise"]["ensemble_3"]["right_only_there"] == 1
     assert res["rows"]["shipped"]["per_fold_micro_f1"] == {0: 0.8, 1: 0.5}
+
+
+def test_history_extras_benchmark_counts_what_each_strategy_proposes():
+    from benchmarks.history_extras import measure
+    from termnorm.records import LabelledMention
+    from termnorm.vocabulary import Vocabulary
+
+    v = Vocabulary(name="t")
+    for name in ["肩脱位闭合性复位术", "髋脱位闭合性复位术", "甲状腺病损切除术", "单侧甲状腺叶切除术"]:
+        v.add_term(name)
+    history = [LabelledMention("右肩关节脱位手法整复术", ["肩脱位闭合性复位术"]),
+               LabelledMention("左侧甲状腺肿物切除", ["甲状腺病损切除术"]),
+               LabelledMention("甲状腺肿物切除术", ["甲状腺病损切除术"]),
+               LabelledMention("右甲状腺肿物切除术", ["单侧甲状腺叶切除术"])]
+    queries = [LabelledMention("右髋关节脱位手法整复术", ["髋脱位闭合性复位术"]),  # analogy, right
+               LabelledMention("甲状腺肿物切除术", ["单侧甲状腺叶切除术"]),  # equal text; key majority wrong
+               LabelledMention("左甲状腺肿物切除", ["甲状腺病损切除术"])]  # equal key, majority right
+    r = measure(v, history, queries)
+    assert (r["queries"], r["history"], r["exact"]) == (3, 4, 1)
+    assert r["key"] == {"queries": 2, "gold_is_majority_set": 1}
+    assert {k: r["analogy"][k] for k in ("queries", "best_is_gold", "some_is_gold")} == \
+        {"queries": 1, "best_is_gold": 1, "some_is_gold": 1}

@@ -53,6 +53,58 @@ def test_save_load_roundtrip(demo, tmp_path):
     assert again.model_version == eng.model_version
 
 
+def test_extra_history_strategies_are_ranker_features_kept_out_of_fold_and_saved(demo, tmp_path):
+    from termnorm.engine import HISTORY_EXTRAS
+    from termnorm.records import LabelledMention
+
+    vocab, mentions = demo
+    coded = mentions[0]  # 右侧甲状腺肿块切除 -> 甲状腺病损切除术
+    mirrored = coded.text.replace("右侧", "左侧")
+    assert mirrored != coded.text
+    # coders see both sides: the other side of a few coded mentions, so the ranker meets equal keys
+    train = mentions[:60] + [LabelledMention(m.text.replace("右", "左"), m.terms)
+                             for m in mentions[20:60] if "右" in m.text]
+    assert Engine(vocab, history=train).history_extras == ()  # off by default
+    eng = Engine(vocab, history=train, history_extras=HISTORY_EXTRAS)
+    assert eng.history_extras == ("key", "analogy")
+    eng.fit_lexical(train)
+    assert [r.name for r in eng._history_recallers][2:] == ["history_key", "history_analogy"]
+    assert "history_key" in eng.meta["score_keys"]
+    cands = {c.term: c for c in eng.recall_batch([mirrored])[0]}
+    assert cands[coded.terms[0]].scores["history_key"] == 1.0
+    # the training candidates were recalled with K-fold history: a mention's own key never scores it
+    _, cand_lists, _ = eng.kfold_candidates([coded], [0])
+    assert all("history_key" not in c.scores for c in cand_lists[0])
+    eng.save(tmp_path / "m")
+    again = Engine.load(tmp_path / "m")
+    assert again.history_extras == HISTORY_EXTRAS and again.suggest(mirrored).chosen == eng.suggest(mirrored).chosen
+    # without the key: no such strategy, no such feature, and that is saved too
+    off = Engine(vocab, history=train, history_extras=("analogy",))
+    off.fit_lexical(train)
+    assert not any(k.startswith("history_key") for k in off.meta["score_keys"])
+    assert "history_key" not in {k for c in off.recall_batch([mirrored])[0] for k in c.scores}
+    off.save(tmp_path / "off")
+    assert Engine.load(tmp_path / "off").history_extras == ("analogy",)
+    with pytest.raises(ValueError, match="unknown history strategies"):
+        Engine(vocab, history=train, history_extras=("key", "knn"))
+
+
+def test_analogy_recall_finds_a_term_no_other_strategy_ranks_and_learns_at_once(demo):
+    """A coded neighbour differing in the body site: its term with the site swapped is proposed."""
+    from termnorm.records import LabelledMention
+
+    vocab, mentions = demo
+    eng = Engine(vocab, history=mentions[:60], history_extras=("analogy",))
+    q = "右侧尺骨骨折切开复位内固定术"
+    assert {"桡骨骨折切开复位内固定术", "尺骨骨折切开复位内固定术"} <= set(vocab.names)
+    before = {c.term: c.scores for c in eng.recall_batch([q])[0]}
+    assert "history_analogy" not in before.get("尺骨骨折切开复位内固定术", {})
+    eng.add_coded_mention("右侧桡骨骨折切开复位钢板内固定术", ["桡骨骨折切开复位内固定术"])
+    after = {c.term: c.scores for c in eng.recall_batch([q])[0]}
+    assert after["尺骨骨折切开复位内固定术"]["history_analogy"] > 0.5
+    assert "history_analogy" not in after["桡骨骨折切开复位内固定术"]
+
+
 def test_neural_stages_feed_the_fusion(demo, tmp_path):
     """A tiny dense bi-encoder and a tiny keyword-attentive ranker plug into the same engine."""
     import torch

@@ -13,7 +13,8 @@ import pytest
 from termnorm.records import Candidate, LabelledMention
 from termnorm.recall.bm25 import BM25Recaller
 from termnorm.recall.exact import ContainedNameRecaller, ExactRecaller
-from termnorm.recall.history import HistoryRecaller, add_history_terms
+from termnorm.recall.analogy import AnalogyRecaller, carry_edit
+from termnorm.recall.history import CodedKeyRecaller, HistoryRecaller, add_history_terms, coded_key
 from termnorm.recall.jaccard import JaccardRecaller
 from termnorm.recall.tfidf import CharTfidfRecaller, name_variants, row_top_k, searchable_forms
 from termnorm.recall.union import UnionRecaller
@@ -176,6 +177,83 @@ def test_history_jaccard_matches_brute_force(vocab):
         a = set(normalize(q))
         brute = [len(a & set(t)) / len(a | set(t)) for t in texts]
         _assert_same(r.recall(q, 3), _pool_top(brute, ids, 3))
+
+
+def test_coded_key_drops_side_punctuation_codes_and_final_shu():
+    assert coded_key("（左侧）甲状腺叶切除术。") == coded_key("右甲状腺叶切除") == "甲状腺叶切除"
+    assert coded_key("肾部分切除术((55.4001))") == "肾部分切除"
+    # 双侧 decides codes and stays; 左右 is one word
+    assert coded_key("双侧甲状腺切除术") != coded_key("甲状腺切除术")
+    assert coded_key("左右心导管检查") == "左右心导管检查" != coded_key("右心导管检查")
+
+
+def test_coded_key_recall_scores_the_share_of_agreeing_coded_mentions(vocab):
+    history = [LabelledMention("左侧甲状腺肿物切除术", ["甲状腺病损切除术"]),
+               LabelledMention("右甲状腺肿物切除", ["甲状腺病损切除术"]),
+               LabelledMention("甲状腺肿物切除术。", ["单侧甲状腺叶切除术"]),
+               LabelledMention("双侧甲状腺肿物切除术", ["甲状腺全部切除术"]),
+               LabelledMention("胆囊切除", ["不存在的术语"])]
+    r = CodedKeyRecaller().fit(vocab, history)
+    assert r.name == "history_key" and r.skipped_terms == 1
+    (hits,) = r.recall_batch(["右侧甲状腺肿物切除术"], k=5)
+    assert hits == [(vocab.index("甲状腺病损切除术"), pytest.approx(2 / 3)),
+                    (vocab.index("单侧甲状腺叶切除术"), pytest.approx(1 / 3))]
+    assert r.recall("双侧甲状腺肿物切除", k=5) == [(vocab.index("甲状腺全部切除术"), 1.0)]
+    assert r.recall("甲状腺肿物切除", k=1) == [(vocab.index("甲状腺病损切除术"), pytest.approx(2 / 3))]
+    assert r.recall_batch(["胆囊切除", "腹腔镜胆囊切除术"], k=5) == [[], []]
+    # a coder's decision counts for the next query, no refit
+    r.add_coded_mention("左侧胆囊切除术", ["胆囊切除术", "胆道造影"])
+    assert r.recall("胆囊切除", k=5) == [(vocab.index("胆囊切除术"), 1.0), (vocab.index("胆道造影"), 1.0)]
+
+
+def test_carry_edit_applies_the_neighbours_edit_to_its_term():
+    assert carry_edit("肩关节脱位手法整复", "髋关节脱位手法整复", "肩脱位闭合性复位术") == "髋脱位闭合性复位术"
+    assert carry_edit("主动脉-二支冠状动脉搭桥", "主动脉-一支冠状动脉搭桥", "二根冠状动脉旁路移植") == "一根冠状动脉旁路移植"
+    # a deleted span leaves the term too; a span inserted at the front is prefixed
+    assert carry_edit("胸腔镜下胸腺病损切除", "胸腺病损切除", "胸腔镜下胸腺病损切除术") == "胸腺病损切除术"
+    assert carry_edit("前列腺根治性切除", "腹腔镜下前列腺根治性切除", "前列腺根治性切除术") == "腹腔镜下前列腺根治性切除术"
+    # a deleted detail the term never named is left alone
+    assert carry_edit("桡骨骨折切开复位钢板内固定", "尺骨骨折切开复位内固定", "桡骨骨折切开复位内固定术") == "尺骨骨折切开复位内固定术"
+    # nothing to carry: the replaced span is not in the term, an insertion inside, no edit, too many edits
+    assert carry_edit("肩关节脱位手法整复", "髋关节脱位手法整复", "关节脱位闭合性复位术") is None
+    assert carry_edit("胆囊切除", "胆囊部分切除", "胆囊切除术") is None
+    assert carry_edit("胆囊切除", "胆囊切除", "胆囊切除术") is None
+    assert carry_edit("甲状腺左叶切除伴峡部", "甲状腺右叶次全切除不伴淋巴", "甲状腺左叶切除伴峡部") is None
+    assert carry_edit("人工股骨头置换", "尺骨骨折切开复位内固定", "人工股骨头置换术") is None  # only 骨 kept
+
+
+@pytest.fixture()
+def joints() -> Vocabulary:
+    v = Vocabulary(name="joints")
+    for name in ["肩脱位闭合性复位术", "髋脱位闭合性复位术", "经额脑膜病损切除术", "经枕脑膜病损切除术", "脑膜病损切除术"]:
+        v.add_term(name)
+    return v
+
+
+def test_analogy_recall_proposes_the_neighbours_term_edited_like_the_query(joints):
+    from termnorm.recall.history import coded_key
+
+    v = joints
+    history = [LabelledMention("右肩关节脱位手法整复术", ["肩脱位闭合性复位术"]),
+               LabelledMention("左额开颅脑膜瘤切除术", ["经额脑膜病损切除术", "不存在的术语"])]
+    r = AnalogyRecaller().fit(v, history)
+    assert r.name == "history_analogy" and r.skipped_terms == 1
+    hits = r.recall_batch(["右髋关节脱位手法整复术", "左枕开颅脑膜瘤切除术", "左肩关节脱位手法整复", "胆囊切除术"], k=3)
+    cos = (r.vectorizer.transform([coded_key("右髋关节脱位手法整复术")])
+           @ r.vectorizer.transform([coded_key("右肩关节脱位手法整复术")]).T).toarray()[0, 0]
+    assert 0 < cos < 1 and hits[0] == [(v.index("髋脱位闭合性复位术"), pytest.approx(cos))]
+    assert [t for t, _ in hits[1]] == [v.index("经枕脑膜病损切除术")]
+    # the same mention up to side proposes nothing here (the coded-key strategy's case); no neighbour, nothing
+    assert hits[2] == [] and hits[3] == []
+    # a coder's decision is a neighbour for the next query; a term added to the vocabulary is found
+    r.add_coded_mention("右侧膝关节脱位手法复位术", ["肩脱位闭合性复位术"])
+    v.add_term("膝脱位闭合性复位术")
+    assert r.recall("左侧膝关节脱位手法复位术", k=3) == []  # its own term is not an analogy
+    r.add_coded_mention("肘关节脱位手法复位", ["肩脱位闭合性复位术"])
+    assert [t for t, _ in r.recall("肩关节脱位手法复位", k=3)] == []  # 肘 is not in the neighbour's term
+    v.add_term("肘脱位闭合性复位术")
+    r.add_coded_mention("右肩关节脱位手法复位", ["肩脱位闭合性复位术"])
+    assert v.index("肘脱位闭合性复位术") in dict(r.recall("右肘关节脱位手法复位", k=3))
 
 
 def test_add_history_terms_extends_vocabulary():

@@ -160,6 +160,21 @@ def test_gate_keeps_the_current_model_when_the_new_one_is_worse(world):
     assert res.baseline["gold_sha256"] == res.metrics["gold_sha256"]
 
 
+def test_retraining_keeps_the_history_strategies_of_the_current_model(world):
+    """A model served with extra history strategies (--history-extras) is retrained with the same ones."""
+    reg = world["reg"]
+    base = demo_mentions("procedures")[:40]
+    with R.limited_threads():
+        eng = Engine(demo_vocabulary("procedures"), history=base, history_extras=("key",))
+        eng.fit_lexical(base)
+        m, p = R.evaluate_on_gold(eng, world["gold"])
+    v = reg.register(eng, m, gold_predictions=p)
+    reg.promote(v, force=True)
+    res = R.retrain(world["vid"], url=world["url"], registry=reg, gate=Gate(margin=1.0), neural=False)
+    assert res.parent == v and reg.load(res.version).history_extras == ("key",)
+    assert reg.load(world["v1"]).history_extras == ()
+
+
 def test_corrected_mention_returns_its_terms_without_retraining(world):
     """The instant effect: a correction is durable in the DB and the engine answers it on the next query."""
     url, vid = world["url"], world["vid"]

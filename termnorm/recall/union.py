@@ -44,6 +44,8 @@ DEFAULT_K = {
     "bm25": 6, "bm25_abbr": 2, "bm25_part": 1,
     "history": 13, "history_abbr": 27, "history_part": 5,
     "history_jaccard": 16, "history_jaccard_abbr": 0, "history_jaccard_part": 9,
+    "history_key": 3, "history_key_abbr": 0, "history_key_part": 2,
+    "history_analogy": 3, "history_analogy_abbr": 0, "history_analogy_part": 1,
 }
 #: A smaller profile for vocabularies of single-concept mentions such as
 #: Yidu-N7K procedures (budget 30 candidates; from ``benchmarks/recall.py
@@ -56,6 +58,8 @@ COMPACT_K = {
     "bm25": 1, "bm25_abbr": 0, "bm25_part": 0,
     "history": 3, "history_abbr": 1, "history_part": 10,
     "history_jaccard": 4, "history_jaccard_abbr": 0, "history_jaccard_part": 0,
+    "history_key": 3, "history_key_abbr": 0, "history_key_part": 2,
+    "history_analogy": 3, "history_analogy_abbr": 0, "history_analogy_part": 1,
 }
 #: Twice every k of DEFAULT_K (~97 candidates on CHIP-CDN dev): the first stage of a cascade in which
 #: the fitted lexical ranker orders them and ``Engine(max_candidates=50)`` keeps its top 50 (measured by
