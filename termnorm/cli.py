@@ -165,6 +165,9 @@ def cmd_evaluate(args) -> int:
         if k in report and report[k] is not None:
             v = report[k]
             print(f"{k:<{width}}  {v:.4f}" if isinstance(v, float) else f"{k:<{width}}  {v}")
+    if eng.history:
+        print("accuracy by how many coded mentions carry the rarest gold term: " + ", ".join(
+            f"{name} {b['accuracy']:.3f} (n={b['n']})" for name, b in report["by_familiarity"].items() if b["n"]))
     if args.report:
         Path(args.report).parent.mkdir(parents=True, exist_ok=True)
         out = dict(report)

@@ -720,7 +720,7 @@ def _hash_mentions(ms: list[LabelledMention]) -> str:
 def evaluate_engine(engine: Engine, mentions: list[LabelledMention], stage: str = "recall", k: int = 20,
                     progress: bool = False) -> dict:
     """Run recall (or the full pipeline) on labelled mentions and compute every metric."""
-    from termnorm.evaluate import error_table, evaluate_predictions
+    from termnorm.evaluate import accuracy_by_familiarity, error_table, evaluate_predictions
 
     texts = [m.text for m in mentions]
     gold = [m.terms for m in mentions]
@@ -753,6 +753,7 @@ def evaluate_engine(engine: Engine, mentions: list[LabelledMention], stage: str 
     if bar:
         bar.close()
     rep = evaluate_predictions(gold, predicted, ranked, predicted_counts=counts)
+    rep["by_familiarity"] = accuracy_by_familiarity((m.terms for m in engine.history), gold, predicted)
     rep["errors"] = error_table(texts, gold, predicted, as_frame=False)
     rep["seconds"] = round(secs, 3)
     rep["mentions_per_second"] = round(len(texts) / secs, 1) if secs > 0 else None

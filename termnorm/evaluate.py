@@ -141,6 +141,35 @@ def error_kind(gold: Terms, predicted: Terms) -> str:
     return "wrong count"
 
 
+#: Buckets of :func:`accuracy_by_familiarity`: how many coded mentions carry the mention's rarest gold term.
+FAMILIARITY_BUCKETS = (("unseen", 0, 0), ("1-2", 1, 2), ("3-9", 3, 9), ("10+", 10, None))
+
+
+def accuracy_by_familiarity(history_terms: Iterable[Terms], gold: Sequence[Terms],
+                            predicted: Sequence[Terms]) -> dict[str, dict]:
+    """Exact-set accuracy by how familiar the gold is to the coded history.
+
+    A mention's bucket (:data:`FAMILIARITY_BUCKETS`) is the number of coded mentions (``history_terms``,
+    one term collection per coded mention) that carry its *rarest* gold term: ``unseen`` means a term
+    no coder has used yet, which only the vocabulary-side strategies and the learned scorers can find.
+    Per bucket: ``n`` mentions and their ``accuracy`` (None for an empty bucket).
+
+    >>> accuracy_by_familiarity([["a"], ["a"], ["b"]], [["a"], ["c"], ["a", "b"]], [["a"], ["a"], ["a", "b"]])["unseen"]
+    {'n': 1, 'accuracy': 0.0}
+    """
+    _check(gold, predicted)
+    seen: dict[Hashable, int] = {}
+    for terms in history_terms:
+        for t in _set(terms):
+            seen[t] = seen.get(t, 0) + 1
+    out: dict[str, dict] = {}
+    for name, lo, hi in FAMILIARITY_BUCKETS:
+        hits = [_set(g) == _set(p) for g, p in zip(gold, predicted) if _set(g)
+                and lo <= min(seen.get(t, 0) for t in _set(g)) <= (hi if hi is not None else math.inf)]
+        out[name] = {"n": len(hits), "accuracy": _mean(hits) if hits else None}
+    return out
+
+
 def error_table(mentions: Sequence[str], gold: Sequence[Terms], predicted: Sequence[Terms], as_frame: bool = True):
     """One row per mention: mention, gold, predicted, correct, kind (see :func:`error_kind`).
 

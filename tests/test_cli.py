@@ -60,6 +60,10 @@ def test_evaluate_recall_and_full_write_every_metric(demo_split, tmp_path):
     f = json.loads((tmp_path / "f.json").read_text(encoding="utf-8"))
     assert f["stage"] == "full" and f["model_version"].startswith("lexical-gbm-")
     assert len(f["errors"]) == n_test and "accuracy" in p.stdout
+    # accuracy by how familiar the gold terms are to the coded history (here: the train file)
+    fam = f["by_familiarity"]
+    assert list(fam) == ["unseen", "1-2", "3-9", "10+"] and sum(b["n"] for b in fam.values()) == n_test
+    assert "accuracy by how many coded mentions carry the rarest gold term: " in p.stdout
     assert f["accuracy"] >= r["accuracy"]  # the fitted ranker is no worse than recall order on the demo
 
 

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from termnorm.evaluate import (
+    accuracy_by_familiarity,
     candidate_recall,
     count_accuracy,
     error_kind,
@@ -124,3 +125,16 @@ def test_evaluate_predictions_keys_and_values():
     assert "accuracy" not in evaluate_predictions(GOLD, None, RANKED)
     with pytest.raises(ValueError):
         evaluate_predictions(GOLD, PRED[:3], RANKED)
+
+
+def test_accuracy_by_familiarity_buckets_by_the_rarest_gold_term():
+    # coded history: a x12, b x3, c x1; d never
+    history = [["a"]] * 12 + [["b"]] * 3 + [["c"]]
+    gold = [["a"], ["a"], ["b"], ["a", "c"], ["d"], ["a", "d"]]
+    pred = [["a"], ["b"], ["b"], ["a", "c"], ["a"], ["a", "d"]]
+    r = accuracy_by_familiarity(history, gold, pred)
+    # 10+: the two {a} mentions, one right; 3-9: {b} right; 1-2: {a, c} (c seen once) right;
+    # unseen: {d} wrong and {a, d} right
+    assert r == {"unseen": {"n": 2, "accuracy": 0.5}, "1-2": {"n": 1, "accuracy": 1.0},
+                 "3-9": {"n": 1, "accuracy": 1.0}, "10+": {"n": 2, "accuracy": 0.5}}
+    assert accuracy_by_familiarity([], [["a"]], [["a"]])["10+"] == {"n": 0, "accuracy": None}
