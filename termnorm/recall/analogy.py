@@ -105,9 +105,10 @@ class AnalogyRecaller(Recaller):
         self.skipped_terms = 0
         self._keys: list[str] = []
         self._terms: list[tuple[int, ...]] = []
-        kept = [m for m in history or [] if self._remember(m.text, m.terms)]
+        for m in history or []:
+            self._remember(m.text, m.terms)
         self.vectorizer = HashedCharTfidf((1, 2)).fit(self._keys or [""])
-        self._rows = self.vectorizer.transform(self._keys) if kept else None
+        self._rows = self.vectorizer.transform(self._keys) if self._keys else None
         self._pending = 0
         self._index_names()
         return self

@@ -68,6 +68,18 @@ def add_history_terms(vocab: Vocabulary, history: list[LabelledMention]) -> list
     return added
 
 
+def known_term_ids(vocab: Vocabulary, terms) -> tuple[list[int], int]:
+    """The vocabulary ids of a coded mention's terms (each once, in order) and how many it does not know."""
+    tids, unknown = [], 0
+    for t in dict.fromkeys(terms):
+        tid = vocab.get_id(t.strip())
+        if tid is None:
+            unknown += 1
+        else:
+            tids.append(tid)
+    return tids, unknown
+
+
 class HistoryRecaller(Recaller):
     """Char TF-IDF match of the query against already-coded mentions; propose their gold terms.
 
@@ -218,18 +230,6 @@ class HistoryRecaller(Recaller):
 _SIDE = re.compile(r"(?<![左右])(左侧|右侧|左|右)(?![左右])")
 #: What else a key drops: punctuation, spaces, and code numbers pasted in (((55.4001+59.0301))).
 _NOISE = re.compile(r"\d+\.\d+|[\s,，.。;；:：()（）\[\]【】{}\"“”'‘’、*#]+")
-
-
-def known_term_ids(vocab: Vocabulary, terms) -> tuple[list[int], int]:
-    """The vocabulary ids of a coded mention's terms (each once, in order) and how many it does not know."""
-    tids, unknown = [], 0
-    for t in dict.fromkeys(terms):
-        tid = vocab.get_id(t.strip())
-        if tid is None:
-            unknown += 1
-        else:
-            tids.append(tid)
-    return tids, unknown
 
 
 def coded_key(text: str) -> str:
