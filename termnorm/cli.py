@@ -56,13 +56,12 @@ def _ranker_options(args) -> dict:
 
 
 def _history_extras(text: str) -> tuple[str, ...]:
-    from termnorm.engine import HISTORY_EXTRAS
+    from termnorm.engine import check_history_extras
 
-    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
-    unknown = [n for n in names if n not in HISTORY_EXTRAS]
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown history strategies {unknown}; known: {', '.join(HISTORY_EXTRAS)}")
-    return names
+    try:
+        return check_history_extras(n.strip() for n in text.split(",") if n.strip())
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _positive_int(text: str) -> int:

@@ -77,7 +77,7 @@ class Engine:
         self.model_version = model_version
         self.split = split
         # history strategies beyond the TF-IDF and Jaccard ones (names of HISTORY_EXTRAS)
-        self.history_extras = _check_history_extras(history_extras)
+        self.history_extras = check_history_extras(history_extras)
         self.keyword_dir = keyword_dir
         self.abbreviations = _abbreviations(keyword_dir, vocabulary.language)
         self.tagger = tagger or KeywordTagger.from_vocabulary(vocabulary, keyword_dir=keyword_dir)
@@ -675,11 +675,12 @@ def build_vocab_strategies(vocabulary: Vocabulary, tagger=None, keyword_dir=None
     return [s.fit(vocabulary) for s in strategies]
 
 
-def _check_history_extras(extras) -> tuple[str, ...]:
+def check_history_extras(extras) -> tuple[str, ...]:
+    """``extras`` without repeats, in order; ValueError naming any that :data:`HISTORY_EXTRAS` lacks."""
     extras = tuple(dict.fromkeys(extras))
     unknown = [e for e in extras if e not in HISTORY_EXTRAS]
     if unknown:
-        raise ValueError(f"unknown history strategies {unknown}; known: {list(HISTORY_EXTRAS)}")
+        raise ValueError(f"unknown history strategies {unknown}; known: {', '.join(HISTORY_EXTRAS)}")
     return extras
 
 

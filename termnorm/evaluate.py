@@ -162,12 +162,14 @@ def accuracy_by_familiarity(history_terms: Iterable[Terms], gold: Sequence[Terms
     for terms in history_terms:
         for t in _set(terms):
             seen[t] = seen.get(t, 0) + 1
-    out: dict[str, dict] = {}
-    for name, lo, hi in FAMILIARITY_BUCKETS:
-        hits = [_set(g) == _set(p) for g, p in zip(gold, predicted) if _set(g)
-                and lo <= min(seen.get(t, 0) for t in _set(g)) <= (hi if hi is not None else math.inf)]
-        out[name] = {"n": len(hits), "accuracy": _mean(hits) if hits else None}
-    return out
+    hits: dict[str, list[bool]] = {name: [] for name, _, _ in FAMILIARITY_BUCKETS}
+    for g, p in zip(gold, predicted):
+        g = _set(g)
+        if g:
+            times = min(seen.get(t, 0) for t in g)
+            name = next(n for n, lo, hi in FAMILIARITY_BUCKETS if lo <= times and (hi is None or times <= hi))
+            hits[name].append(g == _set(p))
+    return {name: {"n": len(h), "accuracy": _mean(h) if h else None} for name, h in hits.items()}
 
 
 def error_table(mentions: Sequence[str], gold: Sequence[Terms], predicted: Sequence[Terms], as_frame: bool = True):

@@ -102,10 +102,6 @@ class CrossFitBiEncoder(CrossFit):
         return prob.argmax(1) + 1, prob
 
     @classmethod
-    def load(cls, folder, device: str | None = None) -> "CrossFitBiEncoder":
-        return super().load(folder, device=device)
-
-    @classmethod
     def _load_model(cls, folder: Path, **kw):
         return BiEncoder.load(folder, **kw)
 

@@ -105,6 +105,7 @@ class AnalogyRecaller(Recaller):
         self.skipped_terms = 0
         self._keys: list[str] = []
         self._terms: list[tuple[int, ...]] = []
+        self._term_texts: list[tuple[str, ...]] = []  # the same terms' normalized names, for carry_edit
         for m in history or []:
             self._remember(m.text, m.terms)
         self.vectorizer = HashedCharTfidf((1, 2)).fit(self._keys or [""])
@@ -128,6 +129,7 @@ class AnalogyRecaller(Recaller):
             return False
         self._keys.append(key)
         self._terms.append(tuple(tids))
+        self._term_texts.append(tuple(normalize(self.vocab.names[t]) for t in tids))
         return True
 
     def add_coded_mention(self, mention: str, terms: list[str]) -> None:
@@ -160,8 +162,8 @@ class AnalogyRecaller(Recaller):
                 if nb == key:
                     continue  # the same mention up to side and punctuation: CodedKeyRecaller's case
                 own = self._terms[cols[j]]
-                for tid in own:
-                    edited = carry_edit(nb, key, normalize(self.vocab.names[tid]))
+                for term in self._term_texts[cols[j]]:
+                    edited = carry_edit(nb, key, term)
                     hit = self._names.get(edited) if edited else None
                     if hit is not None and hit not in own and vals[j] > best.get(hit, 0.0):
                         best[hit] = float(vals[j])
