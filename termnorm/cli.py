@@ -117,7 +117,7 @@ def cmd_normalize(args) -> int:
         for i, c in enumerate(sug.candidates, 1):
             parts = " ".join(f"{k}={v:.2f}" for k, v in sorted(c.scores.items()))
             mark = "*" if c.term in sug.chosen else " "
-            print(f"{i:>3}{mark}{c.score:6.3f}  {','.join(c.codes[:2]):<12} {c.term}   [{parts}]")
+            print(f"{i:>3}{mark}{c.score:6.3f}  {c.code or '':<12} {c.term}   [{parts}]")
         print()
     return 0
 
@@ -127,7 +127,7 @@ def _suggestion_json(s):
         "mention": s.mention, "chosen": s.chosen, "predicted_count": s.predicted_count,
         "confidence": s.confidence, "model_version": s.model_version,
         "keywords": [dict(start=k.start, end=k.end, kind=k.kind, text=k.text) for k in s.keywords],
-        "candidates": [dict(term=c.term, codes=c.codes, score=c.score, scores=c.scores) for c in s.candidates],
+        "candidates": [dict(term=c.term, code=c.code, codes=c.codes, score=c.score, scores=c.scores) for c in s.candidates],
     }
 
 

@@ -57,7 +57,12 @@ class Candidate:
     term: str
     score: float = 0.0
     scores: dict[str, float] = field(default_factory=dict)
-    codes: list[str] = field(default_factory=list)
+    codes: list[str] = field(default_factory=list)  # Vocabulary.codes_of order: the export code first
+
+    @property
+    def code(self) -> str | None:
+        """The code exported for this term unless a coder picks another (its most specific code)."""
+        return self.codes[0] if self.codes else None
 
 
 @dataclass

@@ -20,17 +20,20 @@ from pathlib import Path
 
 import pytest
 
+from termnorm.io import load_vocabulary
+
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "assets" / "demo"
 SHARED = REPO / ".." / "shared" / "data"
 
 VOCABS = ("procedures", "diagnoses")
-# ICD-9-CM-3 clinical extension: chapter NN, then .N + (digit or x) + NN ("06.3100", "06.4x00").
-PROCEDURE_CODE = re.compile(r"^\d{2}\.\d[\dx]\d{2}$")
+# ICD-9-CM-3 clinical extension: chapter NN, then .N + (digit or x) + NN ("06.3100", "06.4x00"); a name's
+# category code as the full file gives it beside the leaf ("06.4").
+PROCEDURE_CODE = re.compile(r"^\d{2}(\.\d([\dx]\d{2})?)?$")
 # ICD-10 Beijing clinical v6.01: A00 / A00.0 / A00.001 / C79.8823 / I10xx02, with an optional
 # asterisk code of a dagger-asterisk pair ("E11.221+N08.3*"); or an ICD-O morphology code
 # ("M814000/3" 腺癌: histology terms, given alongside the site term as CHIP-CDN does).
-DIAGNOSIS_CODE = re.compile(r"^([A-Z]\d{2}(\.\d{1,4}|xx\d{2})?(\+[A-Z]\d{2}(\.\d{1,3})?\*)?|M\d{6}/\d)$")
+DIAGNOSIS_CODE = re.compile(r"^([A-Z]\d{2}(\.\d{1,4}|\.x|xx\d{2})?\+?([A-Z]\d{2}(\.\d{1,3})?\*)?|M\d{6}/\d)$")
 CODE_PATTERNS = {"procedures": PROCEDURE_CODE, "diagnoses": DIAGNOSIS_CODE}
 
 # "about 200" of each; the ranges leave room for edits without letting the files
@@ -102,9 +105,17 @@ def test_vocabulary_counts_names_codes(vocab_rows, which):
     names = [r["name"] for r in rows]
     codes = [r["code"] for r in rows]
     assert all(names), "empty name"
-    dup_names = [n for n, c in Counter(names).items() if c > 1]
+    # a name may have several codes (category + leaf, as the full files give them); a code names one term
+    dup_pairs = [p for p, c in Counter(zip(names, codes)).items() if c > 1]
     dup_codes = [n for n, c in Counter(codes).items() if c > 1]
-    assert not dup_names and not dup_codes
+    assert not dup_pairs and not dup_codes
+    # every name's export code is the one the demo rows listed first for it: the most specific
+    v = load_vocabulary(DEMO / f"{which}.csv")
+    first = {}
+    for r in rows:
+        first.setdefault(r["name"], r["code"])
+    assert {n: v.export_code(n) for n in first} == first
+    assert sum(1 for n in first if len(v.codes_of(n)) > 1) >= 15
     bad = [c for c in codes if not CODE_PATTERNS[which].match(c)]
     assert not bad, f"malformed {which} codes: {bad[:5]}"
     # several chapters, not one corner of the classification
@@ -205,10 +216,11 @@ def test_loaders_read_the_demo(vocab_rows, mention_rows):
     for which in VOCABS:
         v = io.load_vocabulary(DEMO / f"{which}.csv")
         rows = vocab_rows[which]
-        assert len(v) == len(rows)
+        assert len(v) == len({r["name"] for r in rows})
         for r in rows:
-            assert v.codes_of(r["name"]) == [r["code"]]
-            assert v.synonyms.get(r["name"], []) == [s for s in r["synonyms"].split("|") if s]
+            assert r["code"] in v.codes_of(r["name"])
+            if r["synonyms"]:
+                assert v.synonyms.get(r["name"], []) == [s for s in r["synonyms"].split("|") if s]
         vocabs[which] = v
 
     labelled = io.load_labelled(DEMO / "mentions.csv")

@@ -68,7 +68,8 @@ def test_v601_xlsx(v601):
     assert len(v601.code_names) == 40_474
     assert v601.language == "zh"
     # a name with several codes keeps them all
-    assert v601.codes_of("霍乱") == ["A00", "A00.901"]
+    assert v601.codes["霍乱"] == ["A00", "A00.901"]  # file order; exported: the leaf
+    assert v601.codes_of("霍乱") == ["A00.901", "A00"] and v601.code_kind("A00") == "category"
     assert sum(len(c) > 1 for c in v601.codes.values()) == 2_671
     # no tree: hierarchy from code prefixes
     assert v601.ancestors("A00.001") == ["A00.0", "A00"]
@@ -80,7 +81,8 @@ def test_yidu_code_txt():
     assert sniff_format(CODE_TXT) == "code_name"
     assert len(v) == 9_468
     assert len(v.code_names) == 9_867
-    assert v.codes_of("颅骨病损的切除术") == ["01.6", "01.6x00"]
+    assert v.codes["颅骨病损的切除术"] == ["01.6", "01.6x00"]
+    assert v.codes_of("颅骨病损的切除术") == ["01.6x00", "01.6"]
     assert sum(len(c) > 1 for c in v.codes.values()) == 395
 
 
@@ -114,7 +116,7 @@ def test_medic(medic):
     assert len(medic.code_names) == 14_942
     assert sum(len(s) for s in medic.synonyms.values()) == 64_322
     # primary + alternative ids, OMIM prefixed; HTML entities unescaped
-    assert medic.codes_of("Fanconi Anemia") == ["D005199", "OMIM:227650"]
+    assert medic.codes_of("Fanconi Anemia") == ["D005199", "OMIM:227650"]  # two systems: file order
     assert "Anemia, Fanconi's" in medic.synonyms["Fanconi Anemia"]
     # a code with several names (alt id of a MeSH concept + its own OMIM
     # concept): both kept, the concept whose primary id it is preferred
@@ -217,7 +219,8 @@ def test_gbk_csv_with_chinese_headers_synonyms_and_blank_lines(tmp_path):
     assert sniff_format(p) == "vocab_table"
     v = load_vocabulary(p)
     assert v.names == ["急性阑尾炎", "阑尾周围脓肿"]  # duplicate row harmless
-    assert v.codes_of("急性阑尾炎") == ["K35.9", "K35.901"]  # several codes
+    assert v.codes["急性阑尾炎"] == ["K35.9", "K35.901"]  # several codes, in file order
+    assert v.export_code("急性阑尾炎") == "K35.901"
     assert v.synonyms["急性阑尾炎"] == ["阑尾炎急性", "急性阑尾炎症"]
     assert v.synonyms["阑尾周围脓肿"] == ["阑尾脓肿", "周围脓肿"]
     assert v.ancestors("K35.901") == ["K35.9"]
