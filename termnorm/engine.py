@@ -29,6 +29,8 @@ ASSETS = Path(__file__).resolve().parent.parent / "assets" / "demo"
 #: procedures on Yidu-N7K train, diagnoses on CHIP-CDN train. Only model trees, no text.
 PRETRAINED = {"procedures": ASSETS.parent / "models" / "procedures_ranker.joblib",
               "diagnoses": ASSETS.parent / "models" / "diagnoses_ranker.joblib"}
+#: Abbreviations of common procedures and diagnoses written for the demo vocabularies (vocabulary search).
+DEMO_ABBREVIATIONS = ASSETS / "abbreviations.json"
 
 # Confidence given to an exact normalized match of an already-coded mention
 # (the sieve's first stage). On Yidu-N7K, a val mention whose normalized text
@@ -44,6 +46,16 @@ def demo_vocabulary(which: str = "procedures") -> Vocabulary:
             syn = [s for s in (row.get("synonyms") or "").split("|") if s.strip()]
             v.add_term(row["name"], [row["code"]], syn)
     return v
+
+
+def demo_abbreviations(vocabulary_name: str | None = None) -> dict[str, str]:
+    """The demo abbreviation list (:data:`DEMO_ABBREVIATIONS`); {} when ``vocabulary_name`` is given and is not
+    a demo vocabulary's (``demo-procedures``, ``demo-diagnoses``), so callers need not check."""
+    if vocabulary_name is not None and vocabulary_name.removeprefix("demo-") not in PRETRAINED:
+        return {}
+    from termnorm.io import load_keywords
+
+    return load_keywords(ASSETS)["abbreviations"]
 
 
 def demo_mentions(which: str | None = None) -> list[LabelledMention]:
@@ -112,6 +124,15 @@ class Engine:
         # per-term text classifier over the coded mentions (termnorm.rank.termclf), score key "clf"
         self.term_classifier = None
         self.meta: dict = {}
+        # abbreviations added at run time (the demo list, coders' ones): vocabulary search only -- the recall
+        # union keeps the keyword folder's table, since its "_abbr" keys are features of a fitted ranker
+        self.added_abbreviations: list[tuple[str, str]] = []
+        self._search = None  # termnorm.search.VocabularySearch, built on the first search, never pickled
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_search"] = None  # its index is rebuilt from the vocabulary in well under a second
+        return state
 
     # ---- construction ---------------------------------------------------
     @classmethod
@@ -119,6 +140,7 @@ class Engine:
         """The demo vocabulary with the pretrained ranker of its domain (assets/models/), when present."""
         eng = cls(demo_vocabulary(which))
         eng.use_pretrained_ranker(PRETRAINED.get(which))
+        eng.use_demo_abbreviations()
         return eng
 
     # ---- a ranker pretrained elsewhere ----------------------------------------------------
@@ -389,6 +411,7 @@ class Engine:
         eng._history_recallers = history_strategies(self.vocabulary, eng.history, self.history_extras)
         eng.union = eng._union([*self._vocab_strategies, *eng._history_recallers], split=self.split)
         eng.meta = dict(self.meta)
+        eng.added_abbreviations = list(self.added_abbreviations)
         return eng
 
     def kfold_candidates(self, items: list[LabelledMention], fold_of, with_history: bool = True,
@@ -548,13 +571,40 @@ class Engine:
         return self.tagger.tag(text)
 
     def search_vocabulary(self, query: str, limit: int = 20) -> list[Candidate]:
-        """Type-ahead search over names and synonyms (exact, char TF-IDF, Jaccard)."""
-        if not query.strip():
-            return []
-        cands = self._search_union.recall_batch([query])[0]
-        q = normalize(query)
-        cands.sort(key=lambda c: (-(q in normalize(c.term)), -c.score))
-        return cands[:limit]
+        """Type-ahead search: codes, code prefixes, names, synonyms, abbreviations, then char TF-IDF /
+        Jaccard (:class:`termnorm.search.VocabularySearch`; results are its ``SearchHit``)."""
+        return self.searcher.search(query, limit)
+
+    @property
+    def searcher(self):
+        """The vocabulary search, built on first use over the vocabulary, ``_search_union`` and the keyword
+        folder's abbreviations plus :attr:`added_abbreviations`."""
+        if getattr(self, "_search", None) is None:
+            from termnorm.search import VocabularySearch
+
+            pairs = [*(self.abbreviations or {}).items(), *getattr(self, "added_abbreviations", [])]
+            self._search = VocabularySearch(self.vocabulary, self._search_union, abbreviations=pairs)
+        return self._search
+
+    def add_abbreviation(self, abbreviation: str, expansion: str) -> bool:
+        """Vocabulary search finds ``expansion`` when ``abbreviation`` is typed, at once. True if new;
+        ValueError if either is empty."""
+        abbreviation, expansion = (abbreviation or "").strip(), (expansion or "").strip()
+        if not self.searcher.add_abbreviation(abbreviation, expansion):
+            return False
+        self.added_abbreviations.append((abbreviation, expansion))
+        return True
+
+    def use_demo_abbreviations(self) -> int:
+        """Give a demo vocabulary's engine the demo abbreviation list (:data:`DEMO_ABBREVIATIONS`); any other
+        engine is left as it is. Returns how many were new."""
+        return self.add_abbreviations(demo_abbreviations(self.vocabulary.name))
+
+    def add_abbreviations(self, table) -> int:
+        """:meth:`add_abbreviation` for each ``{abbreviation: expansion}`` (or pair); returns how many were new."""
+        from termnorm.search import abbreviation_pairs
+
+        return sum(self.add_abbreviation(a, e) for a, e in abbreviation_pairs(table))
 
     def add_coded_mention(self, mention: str, terms: list[str]) -> None:
         """A coder's decision: the same mention now returns these terms, similar ones get them as candidates."""
@@ -570,6 +620,8 @@ class Engine:
         if self.vocabulary.add_synonym(term, synonym):
             for s in self._vocab_strategies:
                 s.add_coded_mention(synonym, [term])
+            if getattr(self, "_search", None) is not None:
+                self._search.add_synonym(term, synonym)
         self._sieve.setdefault(normalize(synonym), [term])
 
     # ---- persistence ------------------------------------------------------------
@@ -583,7 +635,8 @@ class Engine:
                      "history_extras": self.history_extras,
                      "keyword_dir": str(self.keyword_dir) if self.keyword_dir else None,
                      "recall_profile": self.recall_profile, "max_candidates": self.max_candidates,
-                     "diff_scorer": self.diff_scorer, "term_classifier": self.term_classifier},
+                     "diff_scorer": self.diff_scorer, "term_classifier": self.term_classifier,
+                     "added_abbreviations": list(self.added_abbreviations)},
                     folder / "pipeline.joblib", compress=3)
         config = {"format": "termnorm-pipeline/1", "model_version": self.model_version,
                   "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "vocabulary": self.vocabulary.name,
@@ -634,6 +687,7 @@ class Engine:
         if eng.diff_scorer is not None:
             eng.diff_scorer.tagger = eng.tagger
         eng.term_classifier = state.get("term_classifier")
+        eng.add_abbreviations(state.get("added_abbreviations", ()))
         eng.meta = config
         return eng
 

@@ -1,0 +1,400 @@
+"""Vocabulary search: what a coder types into the search box, found the way it was meant.
+
+The search box of the coding page and of the Vocabulary page takes "a term,
+a code or a synonym". Character similarity alone answers a code or an
+abbreviation with unrelated names (``06.3100``, ``PCI`` -> ERCP), so
+:class:`VocabularySearch` tries the readings of the query one after the
+other and ranks by reading first (issue 22, item 5):
+
+=================  ==========================================================  ===============
+reading            what is found                                               score key
+=================  ==========================================================  ===============
+exact code         the names carrying the code (case and spaces ignored)       ``code``
+code prefix        names with a code below it (``06.31`` -> ``06.3100``,        ``code_prefix``
+                   ``06.3101``): leaves, then categories, each by code
+nearest code       a code-like query nothing matches: the codes under its      ``code_nearest``
+                   longest matching prefix (``E11.900`` -> under ``E11.90``),
+                   then under shorter ones down to 3 code characters
+name / synonym     the query equals a name or a synonym (after                 ``name`` /
+                   :func:`~termnorm.text.normalize.normalize`)                  ``synonym``
+abbreviation       the query is an abbreviation (``PCI``): its expansions       ``abbreviation``
+                   as names, inside names, then by similarity
+contained          names / synonyms that contain the query: those starting      ``name_contains``
+                   with it first, then shorter before longer                   ``synonym_contains``
+similar            the character TF-IDF / Jaccard union (the engine's          ``tfidf``,
+                   ``_search_union``), what the search did before               ``jaccard`` ...
+=================  ==========================================================  ===============
+
+When a code reading finds anything, that is the whole answer: names that
+merely share characters with the digits of a typed code are noise. A term
+appears once, under its best reading. Each result is a
+:class:`SearchHit` (a :class:`~termnorm.records.Candidate`) that also says how
+it was found (``found``: a key of :data:`TAGS`) and through what (``via``: the
+expansion of an abbreviation, the code prefix of a nearest code, the
+synonym). ``codes`` lists the export code first (``Vocabulary.codes_of``).
+
+A query is *code-like* when it matches :data:`CODE_LIKE`: an optional
+letter, 1-6 digits, then an optional ``.``/``x`` part, ``/n``
+morphology suffix and ``+``/``*`` dagger-asterisk tail (``06.31``, ``E11``,
+``I10xx``, ``C56.x``, ``M8140``, ``M814000/3``, ``E11.221+N08.3*``). Only
+code-like queries are read as code prefixes: abbreviations with digits
+(``T2DM``) and Chinese text never are. An exact code is looked up for every
+query. ``score`` orders the results (higher first); ``scores`` say how each was
+found and how closely (1.0: exactly).
+
+>>> from termnorm.vocabulary import Vocabulary
+>>> v = Vocabulary()
+>>> for code, name in [("06.3", "其他部分甲状腺切除术"), ("06.3100", "甲状腺病损切除术"),
+...                    ("06.3101", "腔镜下甲状腺病损切除术"), ("06.3900", "其他部分甲状腺切除术")]:
+...     _ = v.add_term(name, [code])
+>>> s = VocabularySearch(v, abbreviations={"TT": "甲状腺病损切除术"})
+>>> [(h.term, h.found) for h in s.search("06.31")]
+[('甲状腺病损切除术', 'code_prefix'), ('腔镜下甲状腺病损切除术', 'code_prefix')]
+>>> h = s.search("06.3199")[0]
+>>> h.term, h.found, h.via, nearest_note("06.3199", [h])
+('甲状腺病损切除术', 'code_nearest', '06.31', 'no code 06.3199; codes under 06.31')
+>>> [(h.term, h.found, h.via, h.scores["abbreviation"] == 1.0) for h in s.search("TT", limit=2)]
+[('甲状腺病损切除术', 'abbreviation', '甲状腺病损切除术', True), ('腔镜下甲状腺病损切除术', 'abbreviation', '甲状腺病损切除术', False)]
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from bisect import bisect_left
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from termnorm.records import Candidate
+from termnorm.text.normalize import normalize
+from termnorm.vocabulary import Vocabulary, code_key
+
+#: A code as coders type it (after NFKC and lower case): see the module docstring.
+CODE_LIKE = re.compile(r"^[a-z]?\d{1,6}(?:[.x][0-9a-z]*)?(?:/\d*)?(?:[+*].*)?$")
+
+#: A nearest-code fallback keeps at least this many code characters: an ICD-10 category (``E11``) or an
+#: ICD-9-CM-3 subcategory (``06.3``). Shorter prefixes (``E1``, ``06``) span unrelated chapters.
+MIN_NEAREST = 3
+
+#: How a result was found (``SearchHit.found``) -> the short tag the pages show, best reading first.
+TAGS = {"code": "code", "code_prefix": "code prefix", "code_nearest": "nearest code", "name": "name",
+        "synonym": "synonym", "abbreviation": "abbreviation", "name_contains": "in name",
+        "synonym_contains": "in synonym", "similar": "similar"}
+_SEP = "\n"  # joins the normalized surface forms into one string to search; normalize never leaves one
+
+
+@dataclass
+class SearchHit(Candidate):
+    """A search result: a :class:`~termnorm.records.Candidate` plus how it was found.
+
+    ``found``: a key of :data:`TAGS`; ``via``: the abbreviation's expansion, the nearest code prefix
+    or the synonym that matched ("" otherwise).
+    """
+
+    found: str = "similar"
+    via: str = ""
+
+
+def code_text(text: str) -> str:
+    """A code or query as compared: NFKC (full-width ``０６．３１``), no surrounding spaces, lower case."""
+    return unicodedata.normalize("NFKC", text or "").strip().lower()
+
+
+def is_code_like(query: str) -> bool:
+    """True when ``query`` reads as a code (:data:`CODE_LIKE`).
+
+    >>> [is_code_like(q) for q in ("06.31", "E11.900", "I10xx", "T2DM", "PCI", "2型糖尿病")]
+    [True, True, True, False, False, False]
+    """
+    return CODE_LIKE.match(code_text(query)) is not None
+
+
+def code_head(text: str, n: int) -> str:
+    """The start of a typed code that holds its first ``n`` key characters (:func:`code_key`).
+
+    >>> code_head("E11.900", 5), code_head("06.3199", 4)
+    ('E11.90', '06.31')
+    """
+    seen = 0
+    for i, ch in enumerate(text):
+        if seen == n:
+            return text[:i]
+        if ch.isascii() and ch.isalnum():
+            seen += 1
+    return text
+
+
+def nearest_note(query: str, hits: list[Candidate]) -> str | None:
+    """"no code X; codes under Y" when the first result is a nearest-code fallback, else None."""
+    if not hits or getattr(hits[0], "found", "") != "code_nearest":
+        return None
+    return f"no code {query.strip()}; codes under {hits[0].via}"
+
+
+def found_tag(hit: Candidate) -> str:
+    """The short tag the pages show for how a result was found (:data:`TAGS`; an abbreviation with its
+    expansion: ``abbreviation → 经皮冠状动脉介入治疗``)."""
+    found = getattr(hit, "found", "similar")
+    via = getattr(hit, "via", "")
+    tag = TAGS.get(found, found)
+    return f"{tag} → {via}" if found == "abbreviation" and via else tag
+
+
+def abbreviation_pairs(table) -> list[tuple[str, str]]:
+    """(abbreviation, expansion) pairs from ``{abbr: expansion or [expansions]}`` or from pairs."""
+    if table is None:
+        return []
+    items = table.items() if isinstance(table, Mapping) else table
+    out = []
+    for abbr, exp in items:
+        for e in ([exp] if isinstance(exp, str) else exp):
+            out.append((abbr, e))
+    return out
+
+
+class VocabularySearch:
+    """Ranked type-ahead search over a vocabulary's codes, names, synonyms and abbreviations.
+
+    ``union_recaller``: the fuzzy last reading, a fitted :class:`~termnorm.recall.union.UnionRecaller`
+    (the engine passes its ``_search_union``); None builds char TF-IDF + Jaccard on first need.
+    ``abbreviations``: ``{abbreviation: expansion}`` (the keyword folder's ``abbreviations.json``)
+    or ``(abbreviation, expansion)`` pairs; more are taught with :meth:`add_abbreviation`.
+
+    The code index is a sorted list of code keys searched with ``bisect``: a prefix range is two
+    look-ups, and a search library (a trie, sqlite FTS) would add a dependency for ~10k-40k short
+    keys that Python's own sort and bisect already answer in microseconds. The vocabulary is
+    indexed on the first search and again when it has grown (``len(vocabulary)``); synonyms added
+    later must come through :meth:`add_synonym` (``Engine.add_synonym`` does).
+    """
+
+    def __init__(self, vocabulary: Vocabulary, union_recaller=None, abbreviations=None):
+        self.vocabulary = vocabulary
+        self.union = union_recaller
+        self._abbr: dict[str, list[str]] = {}  # normalized abbreviation -> expansions as written
+        self._written: dict[str, str] = {}  # normalized abbreviation -> as first written (PCI, not pci)
+        for a, e in abbreviation_pairs(abbreviations):
+            self.add_abbreviation(a, e)
+        self._indexed = -1  # len(vocabulary) when indexed
+
+    # ---- teaching --------------------------------------------------------
+    def add_abbreviation(self, abbreviation: str, expansion: str) -> bool:
+        """Search ``expansion`` when ``abbreviation`` is typed (any case). True if new; ValueError if empty."""
+        key, expansion = normalize(abbreviation or ""), (expansion or "").strip()
+        if not key or not expansion:
+            raise ValueError("an abbreviation and its expansion must be non-empty")
+        if key == normalize(expansion) or expansion in self._abbr.get(key, ()):
+            return False  # an abbreviation that stands for itself ("＋" -> "+") would only repeat the query
+        self._abbr.setdefault(key, []).append(expansion)
+        self._written.setdefault(key, abbreviation.strip())
+        return True
+
+    def expansions(self, query: str) -> list[str]:
+        """What ``query`` stands for when it is a known abbreviation (else [])."""
+        return list(self._abbr.get(normalize(query), ()))
+
+    def abbreviations(self) -> list[tuple[str, str]]:
+        """Every (abbreviation as first written, expansion) pair known."""
+        return [(self._written[a], e) for a, es in self._abbr.items() for e in es]
+
+    def add_synonym(self, term: str, synonym: str) -> None:
+        """Make a synonym added to the vocabulary after indexing searchable."""
+        if self._indexed < 0 or term not in self.vocabulary:
+            return
+        tid, norm = self.vocabulary.index(term), normalize(synonym)
+        if norm and (tid, True) not in {(t, s) for t, s, _ in self._exact.get(norm, ())}:
+            self._exact.setdefault(norm, []).append((tid, True, synonym))
+            self._extra_forms.append((norm, tid, True, synonym))
+
+    # ---- index -----------------------------------------------------------
+    def _ensure_index(self) -> None:
+        if self._indexed == len(self.vocabulary):
+            return
+        v = self.vocabulary
+        self._by_code: dict[str, list[str]] = {}  # code_text -> codes as written
+        entries = set()
+        for cl in v.codes.values():
+            for c in cl:
+                self._by_code.setdefault(code_text(c), [])
+                if c not in self._by_code[code_text(c)]:
+                    self._by_code[code_text(c)].append(c)
+                k = code_key(c)
+                if k:
+                    entries.add((k, c))
+        self._keys = sorted(entries)
+        self._kinds = v.code_kinds()
+        # exact names / synonyms and one joined string of every normalized surface form for "contains"
+        self._exact: dict[str, list[tuple[int, bool, str]]] = {}
+        forms = [(normalize(n), i, False, n) for i, n in enumerate(v.names)]
+        for name, syns in v.synonyms.items():
+            tid = v.index(name)
+            forms.extend((normalize(s), tid, True, s) for s in syns)
+        for norm, tid, is_syn, text in forms:
+            if norm:
+                self._exact.setdefault(norm, []).append((tid, is_syn, text))
+        self._forms = forms
+        self._extra_forms: list[tuple[str, int, bool, str]] = []
+        self._joined = _SEP.join(f[0] for f in forms)
+        starts, pos = [], 0
+        for f in forms:
+            starts.append(pos)
+            pos += len(f[0]) + 1
+        self._starts = starts
+        self._indexed = len(v)
+
+    def _fuzzy(self):
+        if self.union is None:
+            from termnorm.recall.jaccard import JaccardRecaller
+            from termnorm.recall.tfidf import CharTfidfRecaller
+            from termnorm.recall.union import UnionRecaller
+
+            self.union = UnionRecaller([CharTfidfRecaller(), JaccardRecaller()], split=False).fit(self.vocabulary)
+        return self.union
+
+    # ---- readings (each returns (term name, score, via) in rank order) ---------------
+    def _names_of_codes(self, codes: Iterable[str]) -> list[str]:
+        out = []
+        for c in codes:
+            out.extend(self.vocabulary.names_of(c))
+        return out
+
+    def exact_code(self, query: str) -> list[tuple[str, float, str]]:
+        """Names carrying the code typed (case-insensitive)."""
+        return [(n, 1.0, "") for n in self._names_of_codes(self._by_code.get(code_text(query), ()))]
+
+    def _under(self, key: str) -> list[tuple[str, str]]:
+        """(key, code) of every code whose key starts with ``key``: leaves first, each part by code."""
+        lo = bisect_left(self._keys, (key,))
+        hi = bisect_left(self._keys, (key + "\x7f",))  # keys are [0-9A-Z]: \x7f sorts after all of them
+        below = self._keys[lo:hi]
+        leaves = [e for e in below if self._kinds.get(e[1]) != "category"]
+        return leaves + [e for e in below if self._kinds.get(e[1]) == "category"]
+
+    def code_prefix(self, query: str) -> list[tuple[str, float, str]]:
+        """Names with a code below the typed code or spelled like it (``A06.601+G07*`` for ``A06.601``), for
+        code-like queries; ``code_prefix`` scores the share of the code typed."""
+        if not is_code_like(query):
+            return []
+        qk = code_key(code_text(query))
+        if not qk:
+            return []
+        return [(n, len(qk) / len(k), "") for k, c in self._under(qk) for n in self.vocabulary.names_of(c)]
+
+    def nearest_code(self, query: str, limit: int) -> list[tuple[str, float, str]]:
+        """For a code-like query that matches nothing: codes under its longest matching prefix, then under
+        shorter ones (down to :data:`MIN_NEAREST` key characters) until ``limit`` names."""
+        if not is_code_like(query):
+            return []
+        qk = code_key(code_text(query))
+        out, seen = [], set()
+        for n in range(len(qk) - 1, MIN_NEAREST - 1, -1):
+            under = self._under(qk[:n])
+            if not under:
+                continue
+            via = code_head(unicodedata.normalize("NFKC", query).strip(), n)
+            for _, c in under:
+                for name in self.vocabulary.names_of(c):
+                    if name not in seen:
+                        seen.add(name)
+                        out.append((name, n / len(qk), via))
+            if len(out) >= limit:
+                break
+        return out
+
+    def exact_text(self, text: str, synonyms: bool) -> list[tuple[str, float, str]]:
+        """Names (``synonyms=False``) or synonyms equal to ``text`` after normalization."""
+        names = self.vocabulary.names
+        return [(names[tid], 1.0, t if synonyms else "") for tid, is_syn, t in self._exact.get(normalize(text), ())
+                if is_syn == synonyms]
+
+    def contained(self, text: str) -> list[tuple[str, float, str, bool, bool]]:
+        """Surface forms that contain ``text`` (normalized): (name, length ratio, synonym, is synonym, starts with)."""
+        q = normalize(text)
+        if not q or _SEP in q:
+            return []
+        hits, i = [], self._joined.find(q)
+        while i >= 0:
+            hits.append(self._forms[bisect_left(self._starts, i + 1) - 1])
+            i = self._joined.find(q, i + 1)
+        hits.extend(f for f in self._extra_forms if q in f[0])
+        names = self.vocabulary.names
+        out = [(names[tid], len(q) / len(norm), form if is_syn else "", is_syn, norm.startswith(q))
+               for norm, tid, is_syn, form in hits]
+        # a name that starts with the query is its fuller form (心房颤动 -> 心房颤动[心房纤颤]), one that ends with
+        # it a kind of it (阵发性心房颤动): starts first, then shorter, names before synonyms
+        out.sort(key=lambda h: (not h[4], -h[1], h[3]))
+        return out
+
+    def similar(self, queries: list[str]) -> list[list[Candidate]]:
+        """The fuzzy union's candidates per query, those containing the query first (the old search)."""
+        out = []
+        for q, cands in zip(queries, self._fuzzy().recall_batch(list(queries))):
+            nq = normalize(q)
+            cands.sort(key=lambda c: (-(nq in normalize(c.term)), -c.score))
+            out.append(cands)
+        return out
+
+    # ---- the search ----------------------------------------------------------------
+    def search(self, query: str, limit: int = 20) -> list[SearchHit]:
+        """The ranked results (see the module docstring), at most ``limit``; [] for a blank query."""
+        if not (query or "").strip() or limit <= 0:
+            return []
+        self._ensure_index()
+        hits: dict[str, SearchHit] = {}
+
+        def add(found: str, rows, extra=None) -> bool:
+            """Keep each term's first (best) reading; True once ``limit`` terms are found."""
+            for row in rows:
+                name, score, via = row[0], row[1], row[2]
+                if name not in hits:
+                    scores = {found: float(score), **(extra or {})}
+                    hits[name] = SearchHit(self.vocabulary.index(name), name, 0.0, scores,
+                                           self.vocabulary.codes_of(name), found, via)
+                if len(hits) >= limit:
+                    return True
+            return False
+
+        if not add("code", self.exact_code(query)):
+            add("code_prefix", self.code_prefix(query))
+        if not hits:
+            add("code_nearest", self.nearest_code(query, limit))
+        if hits:  # a typed code is meant as one: names similar to its digits would only be noise
+            return self._ranked(hits)
+        if add("name", self.exact_text(query, False)) or add("synonym", self.exact_text(query, True)):
+            return self._ranked(hits)
+        expansions = self.expansions(query)
+        if expansions and self._abbreviation(expansions, add):
+            return self._ranked(hits)
+        contained = self.contained(query)
+        if add("name_contains", [h for h in contained if not h[3]]) or \
+                add("synonym_contains", [h for h in contained if h[3]]):
+            return self._ranked(hits)
+        for c in self.similar([query])[0]:
+            if add("similar", [(c.term, c.score, "")], c.scores):
+                break
+        return self._ranked(hits)
+
+    def _abbreviation(self, expansions: list[str], add) -> bool:
+        """Each expansion as a name or synonym, inside names, then by similarity (all of them above the raw
+        letters' containment and similarity). ``abbreviation`` scores 1 exact, the length ratio inside a name,
+        half the union's score relative to its best for similar ones."""
+        for e in expansions:
+            if add("abbreviation", [(n, s, e) for n, s, _ in self.exact_text(e, False) + self.exact_text(e, True)]):
+                return True
+        for e in expansions:
+            if add("abbreviation", [(n, 0.5 + 0.5 * ratio, e) for n, ratio, *_ in self.contained(e)]):
+                return True
+        for e, cands in zip(expansions, self.similar(expansions)):
+            top = max((c.score for c in cands), default=1.0) or 1.0
+            for c in cands:
+                if add("abbreviation", [(c.term, 0.5 * c.score / top, e)], c.scores):
+                    return True
+        return False
+
+    @staticmethod
+    def _ranked(hits: dict[str, SearchHit]) -> list[SearchHit]:
+        """Insertion order is rank order; ``score`` is set so that it sorts the same way (higher = better)."""
+        out = list(hits.values())
+        n = len(out)
+        for i, h in enumerate(out):
+            h.score = float(n - i)
+        return out
