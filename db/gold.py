@@ -40,7 +40,7 @@ from sqlalchemy import and_, func, select, update
 from sqlalchemy.orm import Session
 
 from db import auth, services
-from db import io as dbio
+from db import exports
 from db.models import (
     GOLD_MODES,
     AuditLog,
@@ -452,7 +452,7 @@ def export_gold(s: Session, acting_user: str, task_id: int | None, fmt: str = "c
     if fmt not in GOLD_EXPORT_FORMATS:
         raise ValueError(f"unknown gold export format {fmt!r}; expected one of {', '.join(GOLD_EXPORT_FORMATS)}")
     df = gold_labels(s, acting_user, task_id)
-    return dbio.export_frame(df, fmt, title="termnorm gold", map_id="termnorm-gold")
+    return exports.export_frame(df, fmt, title="termnorm gold", map_id="termnorm-gold")
 
 
 def audit_entries(s: Session, acting_user: str, task_id: int) -> pd.DataFrame:

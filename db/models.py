@@ -25,7 +25,9 @@ What the app stores, in the words of the domain:
 
 The initial Alembic revision (``db/migrations/versions/0001_initial.py``)
 creates the tables up to the audit log; ``0002_gold.py`` adds the gold tables
-and ``users.disabled_at``. ``tests/test_db.py`` / ``tests/test_gold.py`` check
+and ``users.disabled_at``; ``0003`` the queue claims; ``0004_codes_editions_review.py``
+export codes and their kinds, vocabulary editions, terms by id in decisions and
+training pairs, mapping status and relationship, abbreviations and app settings. ``tests/test_db.py`` / ``tests/test_gold.py`` check
 that the models and the migrated schema do not drift apart.
 """
 
@@ -50,13 +52,26 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import relationship as orm_relationship  # Decision has a column named "relationship"
 
 ROLES = ("coder", "annotator", "lead", "admin")
-MENTION_STATUSES = ("new", "suggested", "decided", "auto_coded", "flagged", "skipped")
+# "rereview": a decision on it needs another look (its term was retired or re-coded by a new vocabulary
+# edition, or a lead sent it back); it is queued for coders first (db.services.next_mention)
+MENTION_STATUSES = ("new", "suggested", "decided", "auto_coded", "flagged", "skipped", "rereview")
 # "auto" is the lead's bulk acceptance of confident suggestions (services.auto_code)
 DECISION_ACTIONS = ("accept", "correct", "reject", "skip", "flag", "auto")
 PAIR_KINDS = ("accepted", "corrected", "rejected_candidate", "synonym")
 SYNONYM_SOURCES = ("vocabulary", "user")
+ABBREVIATION_SOURCES = ("list", "user")  # a keyword list file / taught by a coder
+CODE_KINDS = ("leaf", "category")
+# Mapping status of a decision, as mapping teams keep it (OHDSI Usagi, Snap2SNOMED): a coder's decision is
+# "unchecked" until a lead approves it or sends it back ("needs_rereview", with the reason in review_note);
+# "flagged" waits for a lead; "auto" is the lead's bulk acceptance of confident suggestions.
+REVIEW_STATUSES = ("unchecked", "approved", "flagged", "auto", "needs_rereview")
+# FHIR R5 ConceptMap relationship codes (http://hl7.org/fhir/concept-map-relationship), read as
+# "the mention <relationship> the term(s)"
+RELATIONSHIPS = ("equivalent", "source-is-narrower-than-target", "source-is-broader-than-target", "related-to",
+                 "not-related-to")
 
 # Lengths: real mentions are <= 122 characters (max over the 22,000 CHIP-CDN and
 # Yidu-N7K mentions) and db.io rejects mentions longer than 500; term names are
@@ -109,14 +124,41 @@ class Vocabulary(Base):
     name: Mapped[str] = mapped_column(String(200), unique=True)
     source: Mapped[str] = mapped_column(String(NAME_LEN), default="")
     language: Mapped[str] = mapped_column(String(10), default="zh")
+    # (0004) the code system URI written into exports (FHIR ConceptMap group.target); "" = a urn:termnorm one
+    system_uri: Mapped[str] = mapped_column(String(NAME_LEN), default="")
+    # (0004) the edition in force: the highest VocabularyEdition.number of this vocabulary
+    edition: Mapped[int] = mapped_column(Integer, default=1)
     # code hierarchy (code -> parent code) and names of inner (non-term) codes,
     # so termnorm.vocabulary.Vocabulary can be rebuilt from the database alone
     hierarchy: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class VocabularyEdition(Base):
+    """One imported edition of a vocabulary (1 = the first import) and what changed from the one before
+    (db.editions: added / retired / renamed / code changed, and the decisions sent to re-review)."""
+
+    __tablename__ = "vocabulary_editions"
+    __table_args__ = (UniqueConstraint("vocabulary_id", "number"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    vocabulary_id: Mapped[int] = mapped_column(ForeignKey("vocabularies.id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(Integer)
+    label: Mapped[str] = mapped_column(String(200), default="")  # e.g. "v601", "2017"
+    source_file: Mapped[str] = mapped_column(String(NAME_LEN), default="")
+    imported_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    imported_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    diff: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+
 class Term(Base):
-    """A standard term (name) of a vocabulary; ``position`` is its termnorm term id."""
+    """A standard term (name) of a vocabulary; ``position`` is its termnorm term id.
+
+    ``code`` is the code exported unless a coder picks another: the most specific of ``codes``
+    (termnorm.vocabulary.Vocabulary.export_code); ``code_kinds`` says which codes are leaves and which
+    categories. A term absent from a later edition is kept (decisions point at it) with
+    ``retired_edition`` set, and ``replaced_by_id`` when the edition gave its code to a new name.
+    """
 
     __tablename__ = "terms"
     __table_args__ = (
@@ -128,8 +170,12 @@ class Term(Base):
     vocabulary_id: Mapped[int] = mapped_column(ForeignKey("vocabularies.id", ondelete="CASCADE"))
     position: Mapped[int] = mapped_column(Integer)
     name: Mapped[str] = mapped_column(String(NAME_LEN))
-    code: Mapped[str | None] = mapped_column(String(CODE_LEN))  # first code, for look-ups by code
-    codes: Mapped[list[str]] = mapped_column(default=list)  # every code of the name
+    code: Mapped[str | None] = mapped_column(String(CODE_LEN))  # the export code (most specific)
+    codes: Mapped[list[str]] = mapped_column(default=list)  # every code of the name, the export code first
+    code_kinds: Mapped[dict[str, Any]] = mapped_column(default=dict)  # (0004) code -> leaf / category
+    added_edition: Mapped[int] = mapped_column(Integer, default=1)  # (0004)
+    retired_edition: Mapped[int | None] = mapped_column(Integer)  # (0004) None: in the current edition
+    replaced_by_id: Mapped[int | None] = mapped_column(ForeignKey("terms.id"))  # (0004) renamed to
 
     vocabulary: Mapped[Vocabulary] = relationship()
 
@@ -149,6 +195,35 @@ class Synonym(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     term: Mapped[Term] = relationship()
+
+
+class Abbreviation(Base):
+    """An abbreviation and what it stands for (PCI -> 经皮冠状动脉介入治疗), used by vocabulary search and the
+    engine; from a keyword list file or taught by a coder. ``vocabulary_id`` None: every vocabulary."""
+
+    __tablename__ = "abbreviations"
+    __table_args__ = (
+        UniqueConstraint("vocabulary_id", "abbreviation", "expansion"),
+        CheckConstraint(_in("source", ABBREVIATION_SOURCES), name="source"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    vocabulary_id: Mapped[int | None] = mapped_column(ForeignKey("vocabularies.id", ondelete="CASCADE"),
+                                                      index=True)
+    abbreviation: Mapped[str] = mapped_column(String(100))
+    expansion: Mapped[str] = mapped_column(String(NAME_LEN))
+    source: Mapped[str] = mapped_column(String(20), default="user")
+    added_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class AppSetting(Base):
+    """A setting an admin changes in the app (e.g. ``allow_self_approval``); the audit log keeps who did."""
+
+    __tablename__ = "app_settings"
+
+    key: Mapped[str] = mapped_column(String(100), primary_key=True)
+    value: Mapped[dict[str, Any]] = mapped_column(default=dict)  # {"value": ...}: JSON of any shape
 
 
 class Batch(Base):
@@ -200,6 +275,8 @@ class Suggestion(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     mention_id: Mapped[int] = mapped_column(ForeignKey("mentions.id", ondelete="CASCADE"))
     model_version: Mapped[str] = mapped_column(String(100))
+    # (0004) vocabulary edition the engine suggested from: a suggestion of an older edition is recomputed
+    edition: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     predicted_count: Mapped[int] = mapped_column(Integer)
     confidence: Mapped[float] = mapped_column(Float)
@@ -231,7 +308,10 @@ class Decision(Base):
     __table_args__ = (
         Index("ix_decisions_mention_latest", "mention_id", "is_latest"),
         Index("ix_decisions_user_at", "user_id", "at"),
+        Index("ix_decisions_review", "is_latest", "review_status"),
         CheckConstraint(_in("action", DECISION_ACTIONS), name="action"),
+        CheckConstraint(_in("review_status", REVIEW_STATUSES), name="review_status"),
+        CheckConstraint("relationship IS NULL OR " + _in("relationship", RELATIONSHIPS), name="relationship"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -242,14 +322,24 @@ class Decision(Base):
     suggestion_id: Mapped[int | None] = mapped_column(ForeignKey("suggestions.id", ondelete="SET NULL"))
     at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     action: Mapped[str] = mapped_column(String(10))
-    terms: Mapped[list[str]] = mapped_column(default=list)  # the chosen standard terms
+    terms: Mapped[list[str]] = mapped_column(default=list)  # the chosen standard terms (names, as shown)
+    term_ids: Mapped[list[Any]] = mapped_column(default=list)  # (0004) Term.id of each of ``terms``
+    codes: Mapped[list[Any]] = mapped_column(default=list)  # (0004) the code exported for each of ``terms``
+    edition: Mapped[int | None] = mapped_column(Integer)  # (0004) vocabulary edition the codes belong to
+    # (0004) FHIR concept-map-relationship of the mention to its term(s); None when there are no terms
+    relationship: Mapped[str | None] = mapped_column(String(40))
+    # (0004) mapping status (REVIEW_STATUSES) and the lead's review of this decision
+    review_status: Mapped[str] = mapped_column(String(20), default="unchecked")
+    reviewed_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    reviewed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    review_note: Mapped[str] = mapped_column(Text, default="")
     comment: Mapped[str] = mapped_column(Text, default="")
     seconds: Mapped[float] = mapped_column(Float, default=0.0)  # time the coder spent
     model_version: Mapped[str | None] = mapped_column(String(100))  # of the suggestion answered
     is_latest: Mapped[bool] = mapped_column(Boolean, default=True)  # the latest decision wins
 
-    user: Mapped[User] = relationship()
-    mention: Mapped[Mention] = relationship()
+    user: Mapped[User] = orm_relationship(foreign_keys=[user_id])
+    mention: Mapped[Mention] = orm_relationship()
 
 
 class TrainingPair(Base):
@@ -275,6 +365,7 @@ class TrainingPair(Base):
     synonym_id: Mapped[int | None] = mapped_column(ForeignKey("synonyms.id"))
     mention_text: Mapped[str] = mapped_column(Text)
     term: Mapped[str] = mapped_column(String(NAME_LEN))
+    term_id: Mapped[int | None] = mapped_column(ForeignKey("terms.id"))  # (0004)
     label: Mapped[int] = mapped_column(SmallInteger)
     kind: Mapped[str] = mapped_column(String(20))
     active: Mapped[bool] = mapped_column(Boolean, default=True)

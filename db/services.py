@@ -26,15 +26,17 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
+from urllib.parse import quote
 
 import pandas as pd
 from sqlalchemy import Engine, case, create_engine, event, func, insert, select, update
-from sqlalchemy.orm import Session, selectinload, sessionmaker
+from sqlalchemy.orm import Session, aliased, selectinload, sessionmaker
 from sqlalchemy.pool import StaticPool
 
 from db import io as dbio
 from db.models import (
     DECISION_ACTIONS,
+    RELATIONSHIPS,
     ROLES,
     AuditLog,
     Batch,
@@ -47,6 +49,7 @@ from db.models import (
     TrainingPair,
     User,
     Vocabulary as VocabularyRow,
+    VocabularyEdition,
     utcnow,
 )
 from termnorm.errors import DataFormatError
@@ -69,8 +72,26 @@ CLAIM_MINUTES = 15
 
 FINAL_STATUSES = ("decided", "auto_coded")  # counted as done by batch_progress / batches
 OPEN_STATUSES = ("new", "suggested")  # the review queue proper
+# mentions whose decision needs another look (retired / re-coded term, sent back by a lead): served first
+REREVIEW = "rereview"
 STATUS_AFTER = {"accept": "decided", "correct": "decided", "reject": "decided",
                 "skip": "skipped", "flag": "flagged", "auto": "auto_coded"}
+REVIEW_AFTER = {"flag": "flagged", "auto": "auto"}  # the mapping status a new decision starts with, else unchecked
+# The relationship a decision gets unless the coder sets another (README, "Mapping status and relationship"):
+# one term -- the coder states the mention *is* that concept; several -- the mention means more than any one
+# of them, so each target is narrower than the mention; no term (reject) -- no relationship (FHIR noMap).
+SINGLE_RELATIONSHIP = "equivalent"
+PART_RELATIONSHIP = "source-is-broader-than-target"
+
+
+class NotYourMention(ValueError):
+    """An action for a mention that is not (or no longer) on this coder's screen: a stale click or key press
+    after the next mention was drawn, or a mention a colleague has claimed since. Nothing is written."""
+
+
+def default_relationship(terms: Sequence[str]) -> str | None:
+    """The FHIR relationship of a mention to ``terms`` when the coder sets none (see PART_RELATIONSHIP)."""
+    return None if not terms else SINGLE_RELATIONSHIP if len(terms) == 1 else PART_RELATIONSHIP
 ORDERS = ("file", "uncertainty")
 
 _lock = threading.Lock()
@@ -226,14 +247,16 @@ def load_vocabulary(s: Session, vocab: Vocabulary, name: str) -> int:
     new = row is None
     if new:
         row = VocabularyRow(name=name, source=vocab.source or "", language=vocab.language or "zh",
-                            hierarchy=hierarchy)
+                            hierarchy=hierarchy, edition=1)
         s.add(row)
         s.flush()
+        s.add(VocabularyEdition(vocabulary_id=row.id, number=1, label="", source_file=vocab.source or "",
+                                diff={"counts": {"added": len(vocab)}, "first": True}))
     elif hierarchy["parent"] and not (row.hierarchy or {}).get("parent"):
         row.hierarchy = hierarchy
     known = dict(s.execute(select(Term.name, Term.id).where(Term.vocabulary_id == row.id)).all())
-    fresh = [{"vocabulary_id": row.id, "position": i, "name": n, "code": (vocab.codes.get(n) or [None])[0],
-              "codes": list(vocab.codes.get(n, []))} for i, n in enumerate(vocab.names) if n not in known]
+    fresh = [dict(term_code_fields(vocab, n), vocabulary_id=row.id, position=i, name=n, added_edition=row.edition)
+             for i, n in enumerate(vocab.names) if n not in known]
     if fresh:
         s.execute(insert(Term), fresh)
         known = dict(s.execute(select(Term.name, Term.id).where(Term.vocabulary_id == row.id)).all())
@@ -251,11 +274,40 @@ def load_vocabulary(s: Session, vocab: Vocabulary, name: str) -> int:
     return row.id
 
 
+def term_code_fields(vocab: Vocabulary, name: str) -> dict:
+    """A term's code columns: the export code, every code (export code first) and each code's kind."""
+    codes = vocab.codes_of(name)
+    return {"code": codes[0] if codes else None, "codes": codes,
+            "code_kinds": {c: vocab.code_kind(c) for c in codes}}
+
+
+ACTIVE = Term.retired_edition.is_(None)  # terms of the edition in force
+
+
 def vocabularies(s: Session) -> list[dict]:
-    n_terms = (select(Term.vocabulary_id, func.count().label("n")).group_by(Term.vocabulary_id).subquery())
-    q = (select(VocabularyRow.id, VocabularyRow.name, func.coalesce(n_terms.c.n, 0))
+    """Vocabularies with their number of terms in the edition in force and that edition's number."""
+    n_terms = (select(Term.vocabulary_id, func.count().label("n")).where(ACTIVE).group_by(Term.vocabulary_id)
+               .subquery())
+    q = (select(VocabularyRow.id, VocabularyRow.name, func.coalesce(n_terms.c.n, 0), VocabularyRow.edition,
+                VocabularyRow.system_uri)
          .outerjoin(n_terms, n_terms.c.vocabulary_id == VocabularyRow.id).order_by(VocabularyRow.id))
-    return [{"id": i, "name": n, "n_terms": k} for i, n, k in s.execute(q)]
+    return [{"id": i, "name": n, "n_terms": k, "edition": e, "system_uri": u} for i, n, k, e, u in s.execute(q)]
+
+
+def set_system_uri(s: Session, vocabulary_id: int, uri: str, username: str) -> None:
+    """The code system URI exports name for the vocabulary ("" = a urn:termnorm one); lead or admin, audited."""
+    from db import auth
+
+    user = auth.require(s, username, "lead")
+    uri = (uri or "").strip()
+    if uri and (len(uri) > 500 or any(c.isspace() for c in uri) or ":" not in uri):
+        raise ValueError(f"{uri!r} is not a URI (e.g. http://hl7.org/fhir/sid/icd-10-cn)")
+    row = s.get(VocabularyRow, vocabulary_id)
+    if row is None:
+        raise KeyError(f"no vocabulary {vocabulary_id}")
+    _audit(s, user, "set_system_uri", "vocabulary", vocabulary_id, {"old": row.system_uri, "new": uri})
+    row.system_uri = uri
+    s.commit()
 
 
 def vocabulary_id(s: Session, name: str) -> int | None:
@@ -268,11 +320,11 @@ def vocabulary_from_db(s: Session, vocabulary_id: int) -> Vocabulary:
     if row is None:
         raise KeyError(f"no vocabulary {vocabulary_id}")
     v = Vocabulary(name=row.name, source=row.source, language=row.language)
-    for name, codes in s.execute(select(Term.name, Term.codes).where(Term.vocabulary_id == vocabulary_id)
+    for name, codes in s.execute(select(Term.name, Term.codes).where(Term.vocabulary_id == vocabulary_id, ACTIVE)
                                  .order_by(Term.position, Term.id)):
         v.add_term(name, codes)
     for name, text in s.execute(select(Term.name, Synonym.text).join(Synonym, Synonym.term_id == Term.id)
-                                .where(Term.vocabulary_id == vocabulary_id).order_by(Synonym.id)):
+                                .where(Term.vocabulary_id == vocabulary_id, ACTIVE).order_by(Synonym.id)):
         v.add_synonym(name, text)
     h = row.hierarchy or {}
     v.parent.update(h.get("parent", {}))
@@ -282,11 +334,16 @@ def vocabulary_from_db(s: Session, vocabulary_id: int) -> Vocabulary:
 
 
 def _term_ids(s: Session, vocabulary_id: int, names: Iterable[str]) -> dict[str, int]:
+    """Term ids of the names that are terms of the edition in force."""
+    return {name: t.id for name, t in _terms(s, vocabulary_id, names).items()}
+
+
+def _terms(s: Session, vocabulary_id: int, names: Iterable[str], active: bool = True) -> dict[str, Term]:
     names = list(names)
     if not names:
         return {}
-    return dict(s.execute(select(Term.name, Term.id)
-                          .where(Term.vocabulary_id == vocabulary_id, Term.name.in_(names))).all())
+    q = select(Term).where(Term.vocabulary_id == vocabulary_id, Term.name.in_(names))
+    return {t.name: t for t in s.scalars(q.where(ACTIVE) if active else q)}
 
 
 # ================================================================ batches / mentions
@@ -326,20 +383,50 @@ def import_mentions(s: Session, path, batch_name: str, vocabulary_id: int,
     """Import a CSV / XLSX / CHIP-CDN JSON file (a path or an uploaded file) as a new batch.
 
     Bad rows are reported (file, row, problem) and skipped; good rows are
-    imported. No batch is created when no row is good. Never raises for bad content.
+    imported, with notices on what was cleaned and on gold terms the vocabulary
+    lacks. No batch is created when no row is good. Never raises for bad content.
     """
-    good, errors = dbio.read_mentions(path)
-    fname = errors[0].file if errors else (str(getattr(path, "name", path)))
-    report = dbio.ImportReport(file=fname, errors=errors)
-    if good:
-        report.batch_id = create_batch(s, batch_name, vocabulary_id, good, username=username, source_file=fname)
-        report.n_ok = len(good)
-    if errors:
+    read = dbio.read_mentions_report(path)
+    notices = sorted(read.notices + _unknown_gold_notices(s, vocabulary_id, read.file, read.good),
+                     key=lambda n: n.row or 0)
+    report = dbio.ImportReport(file=read.file, errors=read.errors, notices=notices,
+                               n_read=read.n_read, n_rejected=read.n_rejected)
+    if read.good:
+        report.batch_id = create_batch(s, batch_name, vocabulary_id, read.good, username=username,
+                                       source_file=read.file)
+        report.n_imported = len(read.good)
+    if report.errors or report.notices:
         user = _user(s, username) if username else None
         _audit(s, user, "import_problems", "batch", report.batch_id,
-               {"file": fname, "n_ok": report.n_ok, "problems": [list(e) for e in errors[:200]]})
+               {"file": read.file, "n_read": report.n_read, "n_ok": report.n_imported,
+                "n_rejected": report.n_rejected, "problems": [list(e) for e in report.errors[:200]],
+                "notices": [list(n) for n in report.notices[:200]]})
         s.commit()
     return report
+
+
+def _unknown_gold_notices(s: Session, vocabulary_id: int, fname: str,
+                          mentions: Sequence[LabelledMention]) -> list[dbio.ImportProblem]:
+    """A notice per mention whose gold terms include names the vocabulary does not have."""
+    if not any(m.terms for m in mentions):
+        return []
+    q = select(Term.name).where(Term.vocabulary_id == vocabulary_id)
+    # a retired term is no longer an answer the engine gives (the column comes with migration 0004)
+    retired = getattr(Term, "retired_edition", None)
+    if retired is not None:
+        q = q.where(retired.is_(None))
+    names = set(s.scalars(q))
+    vocab = s.get(VocabularyRow, vocabulary_id)
+    vname = vocab.name if vocab is not None else str(vocabulary_id)
+    out = []
+    for m in mentions:
+        unknown = [t for t in m.terms if t not in names]
+        if unknown:
+            listed = ", ".join(repr(t) for t in unknown)
+            out.append(dbio.ImportProblem(fname, m.row, f"gold term{'s' if len(unknown) > 1 else ''} not in "
+                                          f"vocabulary {vname}: {listed} (kept as given; the engine cannot "
+                                          f"suggest {'them' if len(unknown) > 1 else 'it'})"))
+    return out
 
 
 def batches(s: Session, vocabulary_id: int | None = None) -> list[dict]:
@@ -379,6 +466,9 @@ def mention(s: Session, mention_id: int) -> dict:
     hist = s.execute(select(Decision, User.username).join(User, User.id == Decision.user_id)
                      .where(Decision.mention_id == mention_id).order_by(Decision.id)).all()
     out["decisions"] = [{"id": d.id, "user": u, "at": d.at, "action": d.action, "terms": list(d.terms),
+                         "codes": list(d.codes or []), "term_ids": list(d.term_ids or []),
+                         "relationship": d.relationship, "review_status": d.review_status,
+                         "review_note": d.review_note, "edition": d.edition,
                          "comment": d.comment, "seconds": d.seconds, "model_version": d.model_version,
                          "is_latest": d.is_latest} for d, u in hist]
     out["decision"] = next((d for d in out["decisions"] if d["is_latest"]), None)
@@ -396,7 +486,9 @@ def mentions(s: Session, batch_id: int, status: str | Sequence[str] | None = Non
 def next_mention(s: Session, batch_id: int, username: str, order: str = "file", claim: bool = True) -> dict | None:
     """The mention to review next, or None when the batch is finished.
 
-    The first mention in file order without a final decision (status new or
+    Mentions sent to re-review first (their decision's term was retired or
+    re-coded by a new vocabulary edition, or a lead sent it back); then the
+    first mention in file order without a final decision (status new or
     suggested); then the skipped ones (also in file order), so skipping never
     loses a mention. Flagged mentions wait for a lead: they are queued (after the
     skipped ones) only for users with role lead / admin. Because the queue is
@@ -420,13 +512,14 @@ def next_mention(s: Session, batch_id: int, username: str, order: str = "file", 
         cutoff = now - timedelta(minutes=CLAIM_MINUTES)
         mine = (Mention.claimed_by == username) & (Mention.claimed_at >= cutoff)
         free = Mention.claimed_by.is_(None) | (Mention.claimed_by == username) | (Mention.claimed_at < cutoff)
-        tier = case((Mention.status.in_(OPEN_STATUSES), 0), (Mention.status == "skipped", 1), else_=2)
+        tier = case((Mention.status == REREVIEW, 0), (Mention.status.in_(OPEN_STATUSES), 1),
+                    (Mention.status == "skipped", 2), else_=3)
         keys = [case((mine, 0), else_=1), tier]
         if order == "uncertainty":
             keys += [Mention.confidence.is_(None), Mention.confidence]
         q = (select(Mention.id, Mention.text, Mention.position, Mention.status, Mention.claimed_by,
                     Mention.claimed_at)
-             .where(Mention.batch_id == batch_id, Mention.status.in_(OPEN_STATUSES + later), free)
+             .where(Mention.batch_id == batch_id, Mention.status.in_((REREVIEW,) + OPEN_STATUSES + later), free)
              .order_by(*keys, Mention.position).limit(1))
         r = s.execute(q).first()
         if r is None:
@@ -465,8 +558,9 @@ def claimed_by_others(s: Session, batch_id: int, username: str) -> int:
 
 
 # ================================================================ suggestions
-def _suggestion_values(mention_id: int, sug: Suggestion) -> tuple[dict, list[dict]]:
-    row = {"mention_id": mention_id, "model_version": str(sug.model_version), "created_at": utcnow(),
+def _suggestion_values(mention_id: int, sug: Suggestion, edition: int | None) -> tuple[dict, list[dict]]:
+    row = {"mention_id": mention_id, "model_version": str(sug.model_version), "edition": edition,
+           "created_at": utcnow(),
            "predicted_count": int(sug.predicted_count), "confidence": float(sug.confidence),
            "chosen": [str(t) for t in sug.chosen],
            "keywords": [asdict(k) if isinstance(k, KeywordSpan) else dict(k) for k in sug.keywords],
@@ -489,7 +583,9 @@ def store_suggestions(s: Session, mention_ids: Sequence[int], suggestions: Seque
     missing = [i for i in mention_ids if i not in ms]
     if missing:
         raise KeyError(f"no mention {missing[0]}")
-    values = [_suggestion_values(mid, sug) for mid, sug in zip(mention_ids, suggestions)]
+    editions = dict(s.execute(select(Batch.id, VocabularyRow.edition).join(VocabularyRow)
+                              .where(Batch.id.in_({m.batch_id for m in ms.values()}))).all())
+    values = [_suggestion_values(mid, sug, editions.get(ms[mid].batch_id)) for mid, sug in zip(mention_ids, suggestions)]
     # bulk INSERT ... RETURNING (ids in parameter order): ~10x faster than one ORM object per candidate
     ids = s.scalars(insert(SuggestionRow).returning(SuggestionRow.id, sort_by_parameter_order=True),
                     [v for v, _ in values]).all()
@@ -514,10 +610,14 @@ def _latest_suggestion_row(s: Session, mention_id: int) -> SuggestionRow | None:
                     .options(selectinload(SuggestionRow.candidates)).order_by(SuggestionRow.id.desc()).limit(1))
 
 
-def latest_suggestion(s: Session, mention_id: int) -> Suggestion | None:
-    """The newest stored suggestion for the mention, as the engine's Suggestion record."""
+def latest_suggestion(s: Session, mention_id: int, edition: int | None = None) -> Suggestion | None:
+    """The newest stored suggestion for the mention, as the engine's Suggestion record.
+
+    With ``edition`` (the vocabulary's edition in force): None when the stored one was made from another
+    edition, whose terms may since have been retired or re-coded -- the caller suggests again.
+    """
     row = _latest_suggestion_row(s, mention_id)
-    if row is None:
+    if row is None or (edition is not None and row.edition is not None and row.edition != edition):
         return None
     text = s.scalar(select(Mention.text).where(Mention.id == mention_id))
     cands = [Candidate(term_id=-1 if c.term_index is None else c.term_index, term=c.term, score=c.score,
@@ -540,7 +640,9 @@ def _clean_terms(terms) -> list[str]:
 
 
 def record_decision(s: Session, mention_id: int, username: str, action: str, terms: Sequence[str] = (),
-                    comment: str = "", seconds: float = 0.0, *, shown: int | None = None) -> int:
+                    comment: str = "", seconds: float = 0.0, *, shown: int | None = None,
+                    codes: dict[str, str] | None = None, relationship: str | None = None,
+                    require_claim: bool = False) -> int:
     """Record a coder's decision atomically and durably; returns the decision id.
 
     One transaction writes the Decision, its TrainingPairs, the mention's new
@@ -559,11 +661,35 @@ def record_decision(s: Session, mention_id: int, username: str, action: str, ter
     SHOWN_CANDIDATES). A new decision on a mention supersedes the previous one
     (its ``is_latest`` and its training pairs' ``active`` are cleared; the
     history stays).
+
+    Terms must be terms of the vocabulary's edition in force; the decision keeps
+    each one's id and the code to export: ``codes[term]`` when the coder picked
+    one (it must be a code of that term), else the term's export code (the most
+    specific). ``relationship`` is a FHIR concept-map-relationship code
+    (default :func:`default_relationship`). ``require_claim`` (the coding page):
+    refuse with :class:`NotYourMention` unless the mention is the one this coder
+    has claimed -- a click or key press that reaches the server after the next
+    mention was drawn must not land on the previous one.
     """
     if action not in DECISION_ACTIONS or action == "auto":
         raise ValueError(f"unknown action {action!r}; expected accept, correct, reject, skip or flag")
     terms = _clean_terms(terms)
+    if relationship is not None and relationship not in RELATIONSHIPS:
+        raise ValueError(f"unknown relationship {relationship!r}; expected one of {', '.join(RELATIONSHIPS)}")
     try:
+        if require_claim:
+            # The claim ends here, in one conditional UPDATE: the first write of the transaction, so two
+            # deciders of one mention are serialised by the database (SQLite's write lock, a row lock on
+            # PostgreSQL) and the second finds the claim gone. Streamlit may run a late click's callback in a
+            # second script thread while the first one is still writing: a read-then-check would let both in.
+            released = s.execute(update(Mention).where(Mention.id == mention_id,
+                                                       Mention.claimed_by == (username or "").strip())
+                                 .values(claimed_by=None, claimed_at=None)).rowcount
+            if not released:
+                m = s.get(Mention, mention_id)
+                if m is None:
+                    raise KeyError(f"no mention {mention_id}")
+                raise NotYourMention(_not_yours(s, m))
         m = s.get(Mention, mention_id, with_for_update=True)  # serialises decisions on PostgreSQL
         if m is None:
             raise KeyError(f"no mention {mention_id}")
@@ -578,16 +704,20 @@ def record_decision(s: Session, mention_id: int, username: str, action: str, ter
             raise ValueError("correct needs the chosen terms")
         if action == "reject" and terms:
             raise ValueError("reject takes no terms (use correct to give the right ones)")
-        if action in ("accept", "correct"):
-            known = _term_ids(s, vocab_id, terms)
-            unknown = [t for t in terms if t not in known]
-            if unknown:
-                raise ValueError(f"not terms of the batch's vocabulary: {', '.join(unknown)}")
+        rows = _terms(s, vocab_id, terms) if action in ("accept", "correct") else {}
+        unknown = [t for t in terms if t not in rows] if action in ("accept", "correct") else []
+        if unknown:
+            raise ValueError(f"not terms of the batch's vocabulary (edition in force): {', '.join(unknown)}")
+        chosen_codes = [_chosen_code(rows[t], (codes or {}).get(t)) for t in terms] if rows else []
         n_shown = SHOWN_CANDIDATES if shown is None else max(0, int(shown))
         shown_terms = list(dict.fromkeys(c.term for c in sug.candidates[:n_shown])) if sug else []
         previous_status = m.status
         d = Decision(mention_id=m.id, user_id=user.id, suggestion_id=sug.id if sug else None, action=action,
-                     terms=terms, comment=(comment or "").strip(), seconds=max(0.0, float(seconds or 0.0)),
+                     terms=terms, term_ids=[rows[t].id for t in terms] if rows else [], codes=chosen_codes,
+                     edition=m.batch.vocabulary.edition,
+                     relationship=(relationship or default_relationship(terms)) if rows else None,
+                     review_status=REVIEW_AFTER.get(action, "unchecked"),
+                     comment=(comment or "").strip(), seconds=max(0.0, float(seconds or 0.0)),
                      model_version=sug.model_version if sug else None, is_latest=True)
         s.add(d)
         s.flush()
@@ -595,7 +725,8 @@ def record_decision(s: Session, mention_id: int, username: str, action: str, ter
         m.status = STATUS_AFTER[action]
         m.claimed_by = m.claimed_at = None  # decided (or skipped): back to the queue's rules
         _audit(s, user, action, "mention", m.id,
-               {"decision_id": d.id, "terms": terms, "comment": d.comment, "previous_status": previous_status,
+               {"decision_id": d.id, "terms": terms, "codes": chosen_codes, "relationship": d.relationship,
+                "comment": d.comment, "previous_status": previous_status,
                 "model_version": d.model_version, "positives": sum(p["label"] for p in pairs),
                 "hard_negatives": sum(1 - p["label"] for p in pairs)})
         s.commit()
@@ -603,6 +734,26 @@ def record_decision(s: Session, mention_id: int, username: str, action: str, ter
         s.rollback()
         raise
     return d.id
+
+
+def _chosen_code(term: Term, picked: str | None) -> str | None:
+    """The code exported for ``term``: the coder's pick (one of the term's codes) or the term's export code."""
+    if picked is None or picked == "":
+        return term.code
+    if picked not in (term.codes or []):
+        raise ValueError(f"{picked!r} is not a code of {term.name!r} (its codes: {', '.join(term.codes or [])})")
+    return picked
+
+
+def _not_yours(s: Session, m: Mention) -> str:
+    """Why an action on ``m`` is refused: what the coder should know about the mention now."""
+    latest = s.scalar(select(Decision).where(Decision.mention_id == m.id, Decision.is_latest).limit(1))
+    if m.claimed_by:
+        return f"mention #{m.position} is now on {m.claimed_by}'s screen: nothing saved"
+    if latest is not None:
+        return (f"mention #{m.position} was already decided ({latest.action} by {latest.user.username}): "
+                "nothing saved for it; the page shows the next mention")
+    return f"mention #{m.position} is not on your screen any more: nothing saved"
 
 
 def _supersede_and_pairs(s: Session, m: Mention, d: Decision, vocab_id: int, terms: list[str],
@@ -620,8 +771,10 @@ def _supersede_and_pairs(s: Session, m: Mention, d: Decision, vocab_id: int, ter
         pairs += [(t, 0, "rejected_candidate") for t in shown_terms if t not in terms]
     elif d.action == "reject":
         pairs += [(t, 0, "rejected_candidate") for t in shown_terms]
+    ids = _term_ids(s, vocab_id, [t for t, _, _ in pairs])
     rows = [{"vocabulary_id": vocab_id, "mention_id": m.id, "decision_id": d.id, "mention_text": m.text,
-             "term": t, "label": lab, "kind": k, "active": True, "created_at": d.at or utcnow()}
+             "term": t, "term_id": ids.get(t), "label": lab, "kind": k, "active": True,
+             "created_at": d.at or utcnow()}
             for t, lab, k in pairs]
     if rows:
         s.execute(insert(TrainingPair), rows)
@@ -647,10 +800,14 @@ def auto_code(s: Session, batch_id: int, min_confidence: float, username: str) -
                             SuggestionRow.confidence >= float(min_confidence))).all()
     n = 0
     for m, sug in rows:
-        if not sug.chosen:
+        terms = _terms(s, m.batch.vocabulary_id, sug.chosen)
+        if not sug.chosen or any(t not in terms for t in sug.chosen):  # empty, or a term since retired
             continue
         d = Decision(mention_id=m.id, user_id=user.id, suggestion_id=sug.id, action="auto", terms=list(sug.chosen),
-                     comment="", seconds=0.0, model_version=sug.model_version, is_latest=True)
+                     term_ids=[terms[t].id for t in sug.chosen], codes=[terms[t].code for t in sug.chosen],
+                     edition=m.batch.vocabulary.edition, relationship=default_relationship(sug.chosen),
+                     review_status="auto", comment="", seconds=0.0, model_version=sug.model_version,
+                     is_latest=True)
         s.add(d)
         s.flush()
         _supersede_and_pairs(s, m, d, m.batch.vocabulary_id, [], [])
@@ -708,12 +865,15 @@ def coded_mentions(s: Session, vocabulary_id: int) -> list[LabelledMention]:
 
     One per distinct mention text (the most recent decision wins). Auto-coded
     mentions are left out: feeding the engine its own unconfirmed output back as
-    history would only reinforce its mistakes.
+    history would only reinforce its mistakes. So are decisions sent to
+    re-review: their term was retired or re-coded, or a lead questioned them
+    (the engine would otherwise put a retired term back among its terms:
+    ``Engine`` adds the coded history's names to the vocabulary).
     """
     q = (select(Mention.text, Decision.terms, Mention.source_row)
          .join(Decision, Decision.mention_id == Mention.id).join(Batch, Batch.id == Mention.batch_id)
          .where(Batch.vocabulary_id == vocabulary_id, Decision.is_latest,
-                Decision.action.in_(("accept", "correct")))
+                Decision.action.in_(("accept", "correct")), Decision.review_status != "needs_rereview")
          .order_by(Decision.id))
     latest: dict[str, LabelledMention] = {}
     for text, terms, row in s.execute(q):
@@ -737,21 +897,33 @@ def training_pairs_frame(s: Session, vocabulary_id: int | None = None, active_on
 
 # ================================================================ reporting / export
 DECISION_COLUMNS = ["decision_id", "batch_id", "batch", "vocabulary", "mention_id", "position", "mention", "action",
-                    "terms", "codes", "user", "at", "seconds", "comment", "model_version", "suggested",
-                    "confidence", "gold_terms", "is_latest"]
+                    "terms", "codes", "term_ids", "code_system", "edition", "relationship", "review_status",
+                    "reviewed_by", "reviewed_at", "review_note", "user", "at", "seconds", "comment",
+                    "model_version", "suggested", "confidence", "gold_terms", "is_latest"]
+
+
+def code_system(name: str, system_uri: str = "") -> str:
+    """The URI naming a vocabulary's code system in exports: the one set for it, else ``urn:termnorm:vocabulary:<name>``
+    (local editions such as ICD-10 北京临床版 are not the HL7 ICD systems, so no official URI is claimed)."""
+    return system_uri or f"urn:termnorm:vocabulary:{quote(name, safe='')}"
 
 
 def decisions_frame(s: Session, batch_id: int | None = None, history: bool = False) -> pd.DataFrame:
     """One row per mention's latest decision (``history=True``: every decision), in batch / file order.
 
-    ``terms``, ``codes`` (first code of each term, "" when unknown), ``suggested``
-    and ``gold_terms`` are lists; ``confidence`` / ``suggested`` are those of the
-    suggestion the decision answered.
+    ``terms``, ``codes`` (the code exported for each term: the one the coder
+    picked, else the term's most specific), ``term_ids``, ``suggested`` and
+    ``gold_terms`` are lists; ``code_system`` and ``edition`` (the edition's
+    label, else its number) say where the codes come from; ``relationship`` and
+    ``review_status`` are the mapping's; ``confidence`` / ``suggested`` are
+    those of the suggestion the decision answered.
     """
-    q = (select(Decision, Mention, Batch.name, VocabularyRow.id, VocabularyRow.name, User.username,
-                SuggestionRow.chosen, SuggestionRow.confidence)
+    reviewer = aliased(User)
+    q = (select(Decision, Mention, Batch.name, VocabularyRow.id, VocabularyRow.name, VocabularyRow.system_uri,
+                User.username, reviewer.username, SuggestionRow.chosen, SuggestionRow.confidence)
          .join(Mention, Mention.id == Decision.mention_id).join(Batch, Batch.id == Mention.batch_id)
          .join(VocabularyRow, VocabularyRow.id == Batch.vocabulary_id).join(User, User.id == Decision.user_id)
+         .outerjoin(reviewer, reviewer.id == Decision.reviewed_by_id)
          .outerjoin(SuggestionRow, SuggestionRow.id == Decision.suggestion_id)
          .order_by(Batch.id, Mention.position, Decision.id))
     if batch_id is not None:
@@ -759,32 +931,22 @@ def decisions_frame(s: Session, batch_id: int | None = None, history: bool = Fal
     if not history:
         q = q.where(Decision.is_latest)
     rows = s.execute(q).all()
-    codes: dict[tuple[int, str], str] = {}
-    by_vocab: dict[int, set[str]] = {}
-    for r in rows:
-        by_vocab.setdefault(r[3], set()).update(r[0].terms)
-    for vid, names in by_vocab.items():
-        for name, code in s.execute(select(Term.name, Term.code)
-                                    .where(Term.vocabulary_id == vid, Term.name.in_(list(names)))):
-            codes[(vid, name)] = code or ""
+    labels = {(v, n): lab or str(n) for v, n, lab in s.execute(
+        select(VocabularyEdition.vocabulary_id, VocabularyEdition.number, VocabularyEdition.label))}
     data = []
-    for d, m, bname, vid, vname, uname, chosen, conf in rows:
+    for d, m, bname, vid, vname, uri, uname, rname, chosen, conf in rows:
+        codes = [c or "" for c in (d.codes or [])]
+        edition = labels.get((vid, d.edition), "") if d.edition is not None else ""
         data.append([d.id, m.batch_id, bname, vname, m.id, m.position, m.text, d.action, list(d.terms),
-                     [codes.get((vid, t), "") for t in d.terms], uname, d.at, d.seconds, d.comment,
-                     d.model_version, list(chosen or []), conf, list(m.gold_terms or []), d.is_latest])
+                     codes, list(d.term_ids or []), code_system(vname, uri), edition, d.relationship or "",
+                     d.review_status, rname or "", d.reviewed_at, d.review_note or "", uname, d.at, d.seconds,
+                     d.comment, d.model_version, list(chosen or []), conf, list(m.gold_terms or []), d.is_latest])
     return pd.DataFrame(data, columns=DECISION_COLUMNS)
 
 
-def export_decisions(s: Session, batch_id: int | None, fmt: str) -> bytes:
-    """The latest decisions of a batch (None: all batches) as csv, xlsx, jsonl, chip-cdn or fhir (R5 ConceptMap)."""
-    if fmt not in dbio.EXPORT_FORMATS:
-        raise ValueError(f"unknown export format {fmt!r}; expected one of {', '.join(dbio.EXPORT_FORMATS)}")
-    df = decisions_frame(s, batch_id)
-    if batch_id is not None:
-        b = s.get(Batch, batch_id)
-        if b is None:
-            raise KeyError(f"no batch {batch_id}")
-        title, map_id = f"termnorm decisions: {b.name}", f"termnorm-batch-{batch_id}"
-    else:
-        title, map_id = "termnorm decisions", "termnorm-decisions"
-    return dbio.export_frame(df, fmt, title=title, map_id=map_id)
+def export_decisions(s: Session, batch_id: int | None, fmt: str, approved_only: bool = False, **omop) -> bytes:
+    """The latest decisions of a batch (None: all batches) as csv, xlsx, jsonl, chip-cdn, fhir (R5 ConceptMap)
+    or omop (SOURCE_TO_CONCEPT_MAP, approved only); ``db.exports.export_batch`` also gives a file name and a report."""
+    from db import exports  # db.exports builds on this module (decisions_frame): a top-level import would be a cycle
+
+    return exports.export_batch(s, batch_id, fmt, approved_only=approved_only, **omop).data

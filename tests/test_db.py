@@ -118,7 +118,8 @@ def test_load_vocabulary_is_idempotent_and_extends(url):
     with S.session_scope(url) as s:
         vid = S.load_vocabulary(s, vocab, "procedures")
         assert S.load_vocabulary(s, vocab, "procedures") == vid
-        assert S.vocabularies(s) == [{"id": vid, "name": "procedures", "n_terms": len(vocab)}]
+        assert S.vocabularies(s) == [{"id": vid, "name": "procedures", "n_terms": len(vocab), "edition": 1,
+                                      "system_uri": ""}]
         vocab.add_term("新加的术式", ["99.9999"])
         assert S.load_vocabulary(s, vocab, "procedures") == vid
         assert S.vocabularies(s)[0]["n_terms"] == len(vocab)

@@ -10,8 +10,10 @@ from pathlib import Path
 import openpyxl
 import pandas as pd
 import pytest
+from sqlalchemy import update
 
 from db import io as dbio
+from db.models import Term
 from db import services as S
 from termnorm.vocabulary import Vocabulary
 
@@ -49,6 +51,13 @@ def problems(report):
     return [(e.row, e.problem) for e in report.errors]
 
 
+def adds_up(report) -> bool:
+    """Every data row read is imported or rejected (an ImportReport or a MentionsRead)."""
+    imported = report.n_imported if isinstance(report, dbio.ImportReport) else len(report.good)
+    rejected = [e for e in report.errors if e.row is not None]
+    return report.n_read == imported + report.n_rejected and report.n_rejected == len(rejected)
+
+
 # ------------------------------------------------------------------ import
 def test_csv_with_good_and_bad_rows(db, tmp_path):
     s, vid = db
@@ -70,11 +79,13 @@ def test_csv_with_good_and_bad_rows(db, tmp_path):
     assert problems(rep) == [(3, "empty mention"), (4, "mention too long (600 > 500 characters)"),
                              (5, dbio.UNDECODABLE), (8, "empty mention")]
     assert rep.n_ok == 3 and rep.n_bad == 4 and rep.batch_id is not None
+    assert (rep.n_read, rep.n_imported, rep.n_rejected, rep.notices) == (7, 3, 4, []) and adds_up(rep)
     ms = S.mentions(s, rep.batch_id)
     assert [(m["position"], m["text"], m["source_row"]) for m in ms] == [
         (1, "右侧甲状腺肿块切除", 2), (2, "LC+胆总管探查", 6), (3, "阑尾切除, 腹腔镜", 9)]
     assert ms[1]["gold_terms"] == ["腹腔镜下胆囊切除术", "胆总管探查术"]
-    assert "4 problem(s)" in rep.summary() and "row 5" in str(rep.errors[2])
+    assert rep.summary() == f"{path}: 7 rows read, 3 imported, 4 rejected, 0 notices"
+    assert "row 5" in str(rep.errors[2])
 
 
 def test_gb18030_tsv_is_decoded(db, tmp_path):
@@ -82,7 +93,7 @@ def test_gb18030_tsv_is_decoded(db, tmp_path):
     path = tmp_path / "从Excel导出.tsv"
     path.write_bytes("原始词\t标准词\n胆囊切除\t胆囊切除术\n甲状腺全切\t甲状腺全部切除术\n".encode("gb18030"))
     rep = S.import_mentions(s, path, "gbk", vid)
-    assert rep.errors == [] and rep.n_ok == 2
+    assert rep.errors == [] and rep.n_ok == 2 and rep.n_read == 2 and adds_up(rep)
     assert [(m["text"], m["gold_terms"]) for m in S.mentions(s, rep.batch_id)] == [
         ("胆囊切除", ["胆囊切除术"]), ("甲状腺全切", ["甲状腺全部切除术"])]
 
@@ -100,6 +111,7 @@ def test_xlsx_with_good_and_bad_rows(db, tmp_path):
     wb.save(path)
     rep = S.import_mentions(s, path, "xlsx batch", vid)
     assert problems(rep) == [(3, "empty mention"), (4, "mention too long (501 > 500 characters)")]
+    assert (rep.n_read, rep.n_imported, rep.n_rejected) == (4, 2, 2) and adds_up(rep)
     assert [(m["text"], m["gold_terms"], m["source_row"]) for m in S.mentions(s, rep.batch_id)] == [
         ("双侧甲状腺全切术", ["甲状腺全部切除术"], 2), ("12345", [], 5)]
 
@@ -114,6 +126,7 @@ def test_chip_cdn_json_with_bad_items(db, tmp_path):
     rep = S.import_mentions(s, path, "cdn", vid)
     assert problems(rep) == [(2, "not an object (str)"), (3, "missing field 'text'"), (4, "empty mention"),
                              (5, "field 'text' is not a string")]
+    assert (rep.n_read, rep.n_imported, rep.n_rejected) == (6, 2, 4) and adds_up(rep)
     assert [(m["text"], m["gold_terms"], m["source_row"]) for m in S.mentions(s, rep.batch_id)] == [
         ("胆囊结石伴胆囊炎", ["胆囊切除术"], 1), ("甲状腺癌术后", ["甲状腺病损切除术", "甲状腺全部切除术"], 6)]
 
@@ -123,6 +136,8 @@ def test_json_lines_with_a_broken_line():
     good, bad = dbio.read_mentions(data.encode(), "upload.jsonl")
     assert [(m.text, m.terms, m.row) for m in good] == [("阑尾炎", [], 1), ("胆囊炎", ["胆囊切除术"], 5)]
     assert [(b.row, b.problem.split(":")[0]) for b in bad] == [(2, "not valid JSON"), (4, "not an object (list)")]
+    read = dbio.read_mentions_report(data.encode(), "upload.jsonl")
+    assert (read.n_read, len(read.good), read.n_rejected) == (4, 2, 2) and adds_up(read)
 
 
 @pytest.mark.parametrize("name,content,needle", [
@@ -141,6 +156,8 @@ def test_wholly_unreadable_files_give_one_clear_error(db, tmp_path, name, conten
     rep = S.import_mentions(s, path, "bad", vid)
     assert rep.n_ok == 0 and rep.batch_id is None and len(rep.errors) == 1
     assert rep.errors[0].file == str(path) and needle in rep.errors[0].problem
+    assert rep.errors[0].row is None and (rep.n_read, rep.n_imported, rep.n_rejected) == (0, 0, 0) and adds_up(rep)
+    assert needle in rep.summary()
     assert S.batches(s) == []
 
 
@@ -148,10 +165,11 @@ def test_missing_file_and_uploaded_file_objects(db, tmp_path):
     s, vid = db
     rep = S.import_mentions(s, tmp_path / "nope.csv", "x", vid)
     assert len(rep.errors) == 1 and rep.errors[0].row is None and "cannot open" in rep.errors[0].problem
+    assert rep.n_read == 0 and adds_up(rep)
     upload = io.BytesIO("text\n胆囊切除\n".encode("utf-8-sig"))
     upload.name = "upload.csv"  # what Streamlit's UploadedFile provides
     rep = S.import_mentions(s, upload, "upload", vid)
-    assert rep.errors == [] and rep.file == "upload.csv"
+    assert rep.errors == [] and rep.file == "upload.csv" and rep.n_read == 1 and adds_up(rep)
     assert [m["text"] for m in S.mentions(s, rep.batch_id)] == ["胆囊切除"]
 
 
@@ -161,7 +179,7 @@ def test_demo_mentions_import_cleanly(db):
     with open(DEMO / "mentions.csv", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     rep = S.import_mentions(s, DEMO / "mentions.csv", "demo", vid)
-    assert rep.errors == [] and rep.n_ok == len(rows)
+    assert rep.errors == [] and rep.n_ok == len(rows) == rep.n_read and adds_up(rep)
     ms = S.mentions(s, rep.batch_id)
     assert [m["text"] for m in ms] == [r["mention"] for r in rows]
     assert [m["gold_terms"] for m in ms] == [r["terms"].split("##") for r in rows]
@@ -175,6 +193,224 @@ def test_research_files_import_without_problems():
     assert good[0].terms == items[0]["normalized_result"].split("##")
     good, bad = dbio.read_mentions(DATA / "yidu-n7k" / "val.xlsx")
     assert bad == [] and len(good) == 1000 and good[0].row == 2
+    for path in (DATA / "chip-cdn" / "dev.json", DATA / "yidu-n7k" / "val.xlsx"):
+        read = dbio.read_mentions_report(path)
+        assert read.n_read == len(read.good) > 0 and adds_up(read)
+
+
+# ------------------------------------------------------------------ import: nothing dropped unnamed (issue 22)
+def imported(s, report):
+    return [(m["source_row"], m["text"], m["gold_terms"]) for m in S.mentions(s, report.batch_id)]
+
+
+@pytest.mark.parametrize("delimiter,newline", [(",", "\n"), (",", "\r\n"), ("\t", "\n")])
+def test_stray_quote_names_its_row_and_keeps_every_row_below(db, tmp_path, delimiter, newline):
+    s, vid = db
+    d = delimiter
+    lines = [f"mention{d}terms",                          # row 1
+             f"胆囊切除{d}胆囊切除术",                      # row 2
+             f'"阑尾切除{d}阑尾切除术',                     # row 3: the quote never closes
+             f"甲状腺全切{d}甲状腺全部切除术",              # row 4
+             f'"阑尾切除, 腹腔镜"{d}阑尾切除术',            # row 5: a quoted cell holding a comma
+             f"LC{d}腹腔镜下胆囊切除术",                    # row 6
+             f"右侧甲状腺肿块切除{d}甲状腺病损切除术"]      # row 7
+    path = tmp_path / ("mentions.csv" if d == "," else "mentions.tsv")
+    path.write_bytes(newline.join(lines).encode() + newline.encode())
+    rep = S.import_mentions(s, path, "stray", vid)
+    assert problems(rep) == [(3, dbio.UNBALANCED_QUOTE)]
+    assert "row 3" in str(rep.errors[0]) and "unbalanced quote" in str(rep.errors[0])
+    assert imported(s, rep) == [(2, "胆囊切除", ["胆囊切除术"]), (4, "甲状腺全切", ["甲状腺全部切除术"]),
+                                (5, "阑尾切除, 腹腔镜", ["阑尾切除术"]), (6, "LC", ["腹腔镜下胆囊切除术"]),
+                                (7, "右侧甲状腺肿块切除", ["甲状腺病损切除术"])]
+    assert (rep.n_read, rep.n_imported, rep.n_rejected, rep.notices) == (6, 5, 1, []) and adds_up(rep)
+    assert rep.summary() == f"{path}: 6 rows read, 5 imported, 1 rejected, 0 notices"
+
+
+def test_stray_quote_that_never_closes_does_not_swallow_the_file(tmp_path):
+    """The reported case: one quote, every later row merged into one 5,100-character cell."""
+    rows = [f"手术{i}" * 50 for i in range(30)]  # 150+ characters each: merged, they pass 500
+    text = "mention\n" + "\n".join(['"' + rows[0]] + rows[1:]) + "\n"
+    read = dbio.read_mentions_report(text.encode(), "ward.csv")
+    assert [(e.row, e.problem) for e in read.errors] == [(2, dbio.UNBALANCED_QUOTE)]
+    assert [(m.row, m.text) for m in read.good] == [(i + 2, r) for i, r in enumerate(rows)][1:]
+    assert read.n_read == 30 and adds_up(read)
+
+
+def test_quoted_cells_still_parse(db, tmp_path):
+    s, vid = db
+    path = tmp_path / "quoted.csv"
+    path.write_text('mention,terms\n"a,b",胆囊切除术\n"他说""胆囊"", 切除",胆囊切除术\n"x",\n', encoding="utf-8")
+    rep = S.import_mentions(s, path, "quoted", vid)
+    assert rep.errors == [] and adds_up(rep)
+    assert imported(s, rep) == [(2, "a,b", ["胆囊切除术"]), (3, '他说"胆囊", 切除', ["胆囊切除术"]), (4, "x", [])]
+
+
+def _header_only_xlsx(path):
+    wb = openpyxl.Workbook()
+    wb.active.append(["编号", "原始词", "标准词"])
+    wb.save(path)
+
+
+@pytest.mark.parametrize("name,content,reason", [
+    ("header.csv", "mention,terms\n".encode(), "no data rows below the header (row 1)"),
+    ("blank_rows.csv", "\n\nmention,terms\n\n ,  \n,\n".encode(), "no data rows below the header (row 3)"),
+    ("empty.json", b"[]", "no data rows: the JSON list is empty"),
+    ("header.xlsx", None, "no data rows below the header (row 1)"),
+])
+def test_a_file_without_data_rows_says_why(db, tmp_path, name, content, reason):
+    s, vid = db
+    path = tmp_path / name
+    _header_only_xlsx(path) if content is None else path.write_bytes(content)
+    rep = S.import_mentions(s, path, "nothing", vid)
+    assert rep.errors == [dbio.ImportProblem(str(path), None, reason)]
+    assert (rep.batch_id, rep.n_read, rep.n_imported, rep.n_rejected) == (None, 0, 0, 0) and adds_up(rep)
+    assert rep.summary().endswith(f"0 rows read, 0 imported, 0 rejected, 0 notices; {reason}")
+
+
+def test_control_characters_are_removed_with_a_notice(db, tmp_path):
+    s, vid = db
+    path = tmp_path / "controls.csv"
+    lines = [b"mention,terms",
+             "胆囊\x00切除,胆囊切除术".encode(),  # row 2: NUL (csv refuses it in some Python versions)
+             "阑尾\x07切除,阑尾\x1b切除术".encode(),  # row 3: BEL in the mention, ESC in the gold term
+             "甲状腺\u200b全切\ufeff,甲状腺全部切除术".encode(),  # row 4: zero-width space, BOM inside the text
+             '"胆囊\t切除",'.encode(),  # row 5: a tab inside a quoted cell -> a space
+             "右侧\x7f\x85甲状腺,".encode(),  # row 6: DEL and C1 NEL (U+0085)
+             "\x01\u200b,胆囊切除术".encode(),  # row 7: nothing left after cleaning
+             "LC,腹腔镜下胆囊切除术".encode()]  # row 8: clean
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    rep = S.import_mentions(s, path, "controls", vid)
+    assert imported(s, rep) == [(2, "胆囊切除", ["胆囊切除术"]), (3, "阑尾切除", ["阑尾切除术"]),
+                                (4, "甲状腺全切", ["甲状腺全部切除术"]), (5, "胆囊 切除", []), (6, "右侧甲状腺", []),
+                                (8, "LC", ["腹腔镜下胆囊切除术"])]
+    assert problems(rep) == [(7, "empty mention")]
+    assert [(n.row, n.problem) for n in rep.notices] == [
+        (2, "control character U+0000 removed"), (3, "control characters U+0007, U+001B removed"),
+        (4, "control characters U+200B, U+FEFF removed"), (5, "tab / line break U+0009 replaced by a space"),
+        (6, "control characters U+007F, U+0085 removed")]
+    assert (rep.n_read, rep.n_imported, rep.n_rejected) == (7, 6, 1) and adds_up(rep)
+    assert rep.summary().endswith("7 rows read, 6 imported, 1 rejected, 5 notices")
+
+
+def test_tab_and_line_breaks_inside_a_cell_become_one_space(db, tmp_path):
+    s, vid = db
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    ws.append(["mention", "terms"])
+    ws.append(["胆囊 \n 切除", "胆囊切除术"])  # Alt+Enter in Excel
+    ws.append(["甲状腺\n\n全切", "甲状腺全部切除术"])
+    ws.append(["阑尾\t切除\u200b", "阑尾切除术"])
+    path = tmp_path / "breaks.xlsx"
+    wb.save(path)
+    rep = S.import_mentions(s, path, "breaks", vid)
+    assert imported(s, rep) == [(2, "胆囊 切除", ["胆囊切除术"]), (3, "甲状腺 全切", ["甲状腺全部切除术"]),
+                                (4, "阑尾 切除", ["阑尾切除术"])]
+    assert [(n.row, n.problem) for n in rep.notices] == [
+        (2, "tab / line break U+000A replaced by a space"),
+        (3, "tab / line break U+000A replaced by a space"),
+        (4, "control character U+200B removed; tab / line break U+0009 replaced by a space")]
+    assert adds_up(rep)
+
+
+def test_control_characters_in_json(db, tmp_path):
+    s, vid = db
+    path = tmp_path / "cdn.json"
+    # an escaped NUL, and a raw BEL that strict JSON refuses (which would lose the whole file)
+    path.write_text('[{"text": "\\u0000胆囊炎", "normalized_result": "胆囊切除术"},'
+                    ' {"text": "a\x07b\r\nc"}, {"text": "\\u200b"}]', encoding="utf-8", newline="")
+    rep = S.import_mentions(s, path, "json", vid)
+    assert imported(s, rep) == [(1, "胆囊炎", ["胆囊切除术"]), (2, "ab c", [])]
+    assert problems(rep) == [(3, "empty mention")]
+    assert [(n.row, n.problem) for n in rep.notices] == [(1, "control character U+0000 removed"),
+                                                          (2, "control character U+0007 removed; "
+                                                              "tab / line break U+000A, U+000D replaced by a space")]
+    assert (rep.n_read, rep.n_imported, rep.n_rejected) == (3, 2, 1) and adds_up(rep)
+
+
+def test_json_lines_keep_line_separators_inside_strings():
+    data = '{"text": "胆囊\u2028切除"}\n{"text": "阑尾炎"}\n'.encode()
+    read = dbio.read_mentions_report(data, "u.jsonl")
+    assert [(m.row, m.text) for m in read.good] == [(1, "胆囊\u2028切除"), (2, "阑尾炎")] and read.errors == []
+
+
+def test_unknown_gold_terms_are_kept_with_a_notice(db, tmp_path):
+    s, vid = db
+    path = tmp_path / "gold.csv"
+    path.write_text("mention,terms\n胆囊切除,胆囊切除术\n阑尾,阑尾切除\nLC+探查,腹腔镜下胆囊切除术##胆总管探察术##假术\n"
+                    ",不存在的术式\n", encoding="utf-8")
+    rep = S.import_mentions(s, path, "gold", vid, username="alice")
+    assert imported(s, rep) == [(2, "胆囊切除", ["胆囊切除术"]), (3, "阑尾", ["阑尾切除"]),
+                                (4, "LC+探查", ["腹腔镜下胆囊切除术", "胆总管探察术", "假术"])]
+    assert [(n.row, n.problem) for n in rep.notices] == [
+        (3, "gold term not in vocabulary procedures: '阑尾切除' (kept as given; the engine cannot suggest it)"),
+        (4, "gold terms not in vocabulary procedures: '胆总管探察术', '假术' (kept as given; "
+            "the engine cannot suggest them)")]
+    assert problems(rep) == [(5, "empty mention")]  # a rejected row gets no gold-term notice
+    assert (rep.n_read, rep.n_imported, rep.n_rejected) == (4, 3, 1) and adds_up(rep)
+    audit = S.audit_frame(s)
+    details = audit[audit.action == "import_problems"].iloc[0].details
+    assert details["problems"] == [[str(path), 5, "empty mention"]]
+    assert [n[1] for n in details["notices"]] == [3, 4]
+    assert (details["n_read"], details["n_rejected"]) == (4, 1)
+
+
+@pytest.mark.skipif(not hasattr(Term, "retired_edition"), reason="vocabulary editions (migration 0004) absent")
+def test_a_retired_gold_term_gets_the_notice(db, tmp_path):
+    s, vid = db
+    s.execute(update(Term).where(Term.vocabulary_id == vid, Term.name == "阑尾切除术").values(retired_edition=2))
+    s.commit()
+    path = tmp_path / "retired.csv"
+    path.write_text("mention,terms\n阑尾,阑尾切除术\n胆囊,胆囊切除术\n", encoding="utf-8")
+    rep = S.import_mentions(s, path, "retired", vid)
+    assert [(n.row, n.problem.split(":")[0]) for n in rep.notices] == [(2, "gold term not in vocabulary procedures")]
+    assert rep.n_imported == 2 and adds_up(rep)
+
+
+def test_notices_alone_are_audited(db, tmp_path):
+    s, vid = db
+    path = tmp_path / "nul.csv"
+    path.write_bytes("mention\n胆囊\x00切除\n".encode())
+    rep = S.import_mentions(s, path, "nul", vid)
+    assert rep.errors == [] and [(n.row, n.problem) for n in rep.notices] == [(2, "control character U+0000 removed")]
+    audit = S.audit_frame(s)
+    assert audit[audit.action == "import_problems"].iloc[0].details["notices"] == [
+        [str(path), 2, "control character U+0000 removed"]]
+
+
+FORMULA_TEXTS = ["=SUM(A1:A2)", "+86 胆囊", "-1", "@cmd", "\tx", "\rx", "'=already quoted", "''-x", "'",
+                 "'plain", "胆囊切除", "", "a=b", "=", "'@"]
+
+
+def test_neutralise_and_restore_formula_round_trip():
+    for t in FORMULA_TEXTS:
+        n = dbio.neutralise_formula(t)
+        assert dbio.restore_formula(n) == t, t
+        assert not n.startswith(dbio.FORMULA_STARTS), t  # a spreadsheet will not run it
+    assert dbio.neutralise_formula("=1+2") == "'=1+2" and dbio.neutralise_formula("胆囊") == "胆囊"
+    assert dbio.restore_formula("'=1+2") == "=1+2" and dbio.restore_formula("'abc") == "'abc"
+
+
+def test_exported_formula_cells_import_back_as_written(db, tmp_path):
+    s, vid = db
+    texts = [("=胆囊切除", "胆囊切除术"), ("+LC", "=怪##阑尾切除术"), ("-阑尾", ""), ("@甲状腺", ""),
+             ("'引号", "")]
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["mention", "terms"])
+    w.writerows([dbio.neutralise_formula(m), dbio.neutralise_formula(t)] for m, t in texts)
+    (tmp_path / "export.csv").write_text(buf.getvalue(), encoding="utf-8-sig")
+    wb = openpyxl.Workbook()
+    wb.active.append(["mention", "terms"])
+    for m, t in texts:
+        wb.active.append([dbio.neutralise_formula(m), dbio.neutralise_formula(t)])
+    wb.save(tmp_path / "export.xlsx")
+    want = [(m, [x for x in t.split("##") if x]) for m, t in texts]
+    for name in ("export.csv", "export.xlsx"):
+        good, bad = dbio.read_mentions(tmp_path / name)
+        assert bad == [] and [(g.text, g.terms) for g in good] == want, name
+    # JSON is no spreadsheet: a leading quote there is the text itself
+    good, _ = dbio.read_mentions(json.dumps([{"text": "'=a"}]).encode(), "x.json")
+    assert good[0].text == "'=a"
 
 
 # ------------------------------------------------------------------ export
@@ -226,6 +462,7 @@ def test_export_jsonl_and_chip_cdn_parse_back(decided, tmp_path):
     path = tmp_path / "export.json"
     path.write_bytes(S.export_decisions(s, bid, "chip-cdn"))
     good, bad = dbio.read_mentions(path)
+    assert adds_up(dbio.read_mentions_report(path))
     assert bad == [] and [(m.text, "##".join(m.terms)) for m in good] == [
         (c["text"], c["normalized_result"]) for c in cdn]
 
@@ -253,3 +490,16 @@ def test_export_fhir_r5_concept_map(decided):
     assert by_code["奇怪的写法"]["target"][0]["display"] == "胆囊切除术"
     with pytest.raises(ValueError):
         S.export_decisions(s, bid, "pdf")
+
+
+def test_a_quoted_note_with_line_breaks_is_one_row_but_a_stray_quote_in_it_is_not(tmp_path):
+    """A multi-line quoted note in another column is legitimate; the same quote left open swallows rows."""
+    legit = "mention,terms,note\n甲状腺切除,甲状腺全部切除术,\"第一行\n第二行\"\n胆囊切除,胆囊切除术,\n"
+    read = dbio.read_mentions_report(legit.encode(), name="notes.csv")
+    assert [(m.row, m.text) for m in read.good] == [(2, "甲状腺切除"), (4, "胆囊切除")] and not read.errors
+    assert read.n_read == 2
+    stray = "mention,terms,note\n甲状腺切除,甲状腺全部切除术,\"坏\n胆囊切除,胆囊切除术,\n阑尾切除,阑尾切除术,\n"
+    read = dbio.read_mentions_report(stray.encode(), name="notes.csv")
+    assert [(m.row, m.text) for m in read.good] == [(3, "胆囊切除"), (4, "阑尾切除")]
+    assert [(e.row, e.problem) for e in read.errors] == [(2, dbio.UNBALANCED_QUOTE)]
+    assert read.n_read == len(read.good) + read.n_rejected == 3
