@@ -85,8 +85,10 @@ if auth.has_role(role, "annotator"):
 if auth.has_role(role, "lead"):
     pages["Gold data"] += [st.Page("pages/gold_tasks.py", title="Gold tasks", icon=":material/fact_check:"),
                            st.Page("pages/adjudicate.py", title="Adjudicate", icon=":material/gavel:")]
-    pages["Lead"] = [st.Page("pages/dashboards.py", title="Dashboards", icon=":material/monitoring:"),
-                     st.Page("pages/training.py", title="Training", icon=":material/model_training:")]
+    pages["Lead"] = [st.Page("pages/review.py", title="Review", icon=":material/task_alt:"),
+                     st.Page("pages/dashboards.py", title="Dashboards", icon=":material/monitoring:"),
+                     st.Page("pages/training.py", title="Training", icon=":material/model_training:"),
+                     st.Page("pages/editions.py", title="Editions", icon=":material/difference:")]
 if auth.has_role(role, "admin"):
     pages["Admin"] = [st.Page("pages/admin_users.py", title="Users", icon=":material/manage_accounts:")]
 st.navigation(pages).run()

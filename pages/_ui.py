@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import streamlit as st
 
-from db import auth, services
+from db import abbreviations, auth, services
 from termnorm.engine import PRETRAINED, Engine, demo_mentions, demo_vocabulary
 from termnorm.records import KEYWORD_KINDS, Candidate, KeywordSpan, Suggestion
 from termnorm.text.normalize import normalize
@@ -182,6 +182,15 @@ def confidence_badge(conf: float) -> str:
 NOT_RECALL_SCORES = frozenset({"ranker", "diff", "clf"})
 
 
+def code_cell(codes: list[str]) -> str:
+    """The code exported (bold: the first, the most specific) and, greyed, the term's other codes."""
+    if not codes:
+        return ""
+    rest = f' <span class="tn-miss" title="other codes of this term">{esc(", ".join(codes[1:]))}</span>' \
+        if len(codes) > 1 else ""
+    return f'<b title="exported code">{esc(codes[0])}</b>{rest}'
+
+
 def candidate_table_html(cands: list[Candidate], mention_spans: list[KeywordSpan], chosen: list[str],
                          tag, start: int = 1) -> str:
     """The ranked candidates as one HTML table: rank, code, highlighted term, fused score and its parts."""
@@ -202,7 +211,7 @@ def candidate_table_html(cands: list[Candidate], mention_spans: list[KeywordSpan
         ranker = (f'<td>{c.scores["ranker"]:.2f}</td>' if "ranker" in c.scores else "<td>–</td>") if ranked else ""
         width = max(2, int(60 * max(0.0, c.score) / top))
         cls = ' class="tn-pick"' if c.term in chosen else ""
-        rows.append(f'<tr{cls}><td>{r}</td><td class="tn-code">{esc(", ".join(c.codes))}</td><td>{term}</td>'
+        rows.append(f'<tr{cls}><td>{r}</td><td class="tn-code">{code_cell(c.codes)}</td><td>{term}</td>'
                     f'<td><span class="tn-bar" style="width:{width}px"></span>{c.score:.2f}</td>'
                     f"<td>{parts}</td>{ranker}</tr>")
     head = ("<tr><th>#</th><th>code</th><th>term</th><th>fused score</th><th>found by (recall scores)</th>"
@@ -261,14 +270,17 @@ class EngineHolder:
       a suggestion remembers the revision it was computed at;
     * staleness: a stored suggestion is recomputed before it is shown when the
       engine has since learned the *same* mention text (approach E's sieve
-      answers it exactly, so showing the old suggestion would be wrong). Other
-      upcoming suggestions are refreshed by :meth:`prepare` after the page is
-      drawn, so similar mentions pick up the new history too.
+      answers it exactly, so showing the old suggestion would be wrong), when
+      another model version made it (a promotion or rollback since), or when it
+      was made from an older vocabulary edition (its terms may be retired).
+      Other upcoming suggestions are refreshed by :meth:`prepare` after the
+      page is drawn, so similar mentions pick up the new history too.
     """
 
-    def __init__(self, engine: Engine, vocabulary_id: int):
+    def __init__(self, engine: Engine, vocabulary_id: int, edition: int | None = None):
         self.engine = engine
         self.vocabulary_id = vocabulary_id
+        self.edition = edition
         self.lock = threading.RLock()
         self.revision = 0
         self._computed: dict[int, int] = {}  # mention id -> revision its stored suggestion was computed at
@@ -290,8 +302,8 @@ class EngineHolder:
 
     def suggestion(self, s, mention_id: int, text: str) -> Suggestion:
         """The stored suggestion (a DB read), computed now if missing or stale."""
-        sug = services.latest_suggestion(s, mention_id)
-        if sug is None or self.is_stale(mention_id, text):
+        sug = services.latest_suggestion(s, mention_id, edition=self.edition)
+        if sug is None or self.is_stale(mention_id, text) or sug.model_version != self.engine.model_version:
             sug = self.suggest_and_store(s, [mention_id], [text])[0]
         return sug
 
@@ -299,7 +311,8 @@ class EngineHolder:
         """Store suggestions for the next ``n`` open mentions after ``current_id`` that lack a fresh one."""
         upcoming = [m for m in services.mentions(s, batch_id, status=services.OPEN_STATUSES)
                     if m["id"] != current_id][:n]
-        todo = [m for m in upcoming if m["status"] == "new" or self._computed.get(m["id"], 0) < self.revision]
+        # a mention this holder has not suggested for yet may hold another version's or edition's suggestion
+        todo = [m for m in upcoming if m["id"] not in self._computed or self._computed[m["id"]] < self.revision]
         if todo:
             self.suggest_and_store(s, [m["id"] for m in todo], [m["text"] for m in todo])
         return len(todo)
@@ -341,23 +354,25 @@ def current_model_version(url: str, vocabulary_id: int) -> str | None:
     return reg.current_version() if reg is not None else None
 
 
-def build_holder(url: str, vocabulary_id: int, version: str | None = None) -> EngineHolder:
+def build_holder(url: str, vocabulary_id: int, version: str | None = None, edition: int | None = None) -> EngineHolder:
     """Engine of a stored vocabulary, fed with the coded mentions and user synonyms of the database.
 
     With a promoted model version in the registry (Training page), that trained
     pipeline is loaded and the database's decisions are replayed into its sieve
-    and history, so nothing coded since it was trained is lost.
+    and history, so nothing coded since it was trained is lost -- unless a newer
+    vocabulary edition has come in since it was trained (its terms differ from
+    the edition in force): then the untrained pipeline of the new edition
+    serves until a retraining, rather than a model that suggests retired terms.
     """
     with services.session_scope(url) as s:
         history = services.coded_mentions(s, vocabulary_id)
         synonyms = services.user_synonyms(s, vocabulary_id)
         reg = _registry(s, vocabulary_id) if version else None
-        vocab = None if reg is not None else services.vocabulary_from_db(s, vocabulary_id)
+        vocab = services.vocabulary_from_db(s, vocabulary_id)
     engine = reg.load(version) if reg is not None else None
+    if engine is not None and set(engine.vocabulary.names) != set(vocab.names):
+        engine = None  # trained on another edition of the vocabulary
     if engine is None:
-        if vocab is None:
-            with services.session_scope(url) as s:
-                vocab = services.vocabulary_from_db(s, vocabulary_id)
         engine = Engine(vocab, history=history)
         demo = vocab.name.removeprefix("demo-")
         if vocab.name.startswith("demo-") and demo in PRETRAINED:
@@ -370,12 +385,26 @@ def build_holder(url: str, vocabulary_id: int, version: str | None = None) -> En
     for term, syn in synonyms:  # already in the vocabulary; this also puts them in the sieve
         if term in engine.vocabulary:
             engine.add_synonym(term, syn)
-    return EngineHolder(engine, vocabulary_id)
+    engine.use_demo_abbreviations()  # the demo list (assets/demo/abbreviations.json); nothing for other vocabularies
+    engine.add_abbreviations(abbreviations.for_engine(url, vocabulary_id))  # taught by coders (Vocabulary page)
+    return EngineHolder(engine, vocabulary_id, edition)
 
 
 @st.cache_resource(show_spinner="Loading the engine for this vocabulary…")
-def engine_holder(url: str, vocabulary_id: int, version: str | None = None) -> EngineHolder:
-    return build_holder(url, vocabulary_id, version)
+def engine_holder(url: str, vocabulary_id: int, version: str | None = None, edition: int | None = None) -> EngineHolder:
+    return build_holder(url, vocabulary_id, version, edition)
+
+
+def current_edition(url: str, vocabulary_id: int) -> int | None:
+    with services.session_scope(url) as s:
+        return next((v["edition"] for v in services.vocabularies(s) if v["id"] == vocabulary_id), None)
+
+
+def serving_holder(url: str, vocabulary_id: int) -> EngineHolder:
+    """The engine every page uses for a vocabulary: the promoted model version on the edition in force (a
+    promotion, rollback or new edition gives a new cache key, so every page moves to it at its next run)."""
+    return engine_holder(url, vocabulary_id, current_model_version(url, vocabulary_id),
+                         current_edition(url, vocabulary_id))
 
 
 # ---------------------------------------------------------------------------------- shared state
@@ -388,8 +417,8 @@ class Context:
     role: str = "coder"  # set by require_role from the database
 
     def holder(self) -> EngineHolder:
-        # keyed by the promoted version: promote / rollback on the Training page reach coders at once
-        return engine_holder(self.url, self.vocabulary_id, current_model_version(self.url, self.vocabulary_id))
+        # keyed by the promoted version and edition: promote / rollback / a new edition reach coders at once
+        return serving_holder(self.url, self.vocabulary_id)
 
 
 def context() -> Context:
@@ -464,14 +493,18 @@ def require_role(role: str) -> Context:
 
 
 def decide(ctx: Context, mention_id: int, text: str, action: str, terms=(), comment: str = "",
-           shown: int | None = None) -> int:
+           shown: int | None = None, codes: dict[str, str] | None = None, relationship: str | None = None) -> int:
     """Record a decision durably, THEN teach the engine (accept / correct), so a crash never leaves
-    the engine knowing something the database does not. Returns the decision id."""
+    the engine knowing something the database does not. Returns the decision id.
+
+    The server refuses (services.NotYourMention) unless ``mention_id`` is the mention this coder has
+    claimed, i.e. the one on their screen: a click or key press on the previous mention that reaches the
+    server after the next one was drawn writes nothing."""
     started = st.session_state.get(f"shown_at_{mention_id}")
     seconds = time.time() - started if started else 0.0
     with session() as s:
         did = services.record_decision(s, mention_id, ctx.username, action, list(terms), comment, seconds,
-                                       shown=shown)
+                                       shown=shown, codes=codes, relationship=relationship, require_claim=True)
     if action in ("accept", "correct") and terms:
         ctx.holder().learn(text, list(terms))
     return did
@@ -495,6 +528,8 @@ def show_flash() -> None:
     for kind, message in st.session_state.pop("_flash", []):
         if kind == "error":
             st.error(message)
+        elif kind == "warning":  # e.g. a late click that was refused: it stays until the next action
+            st.warning(message, icon=":material/do_not_touch:")
         else:
             st.toast(message)
 
@@ -506,18 +541,25 @@ SEARCH_LIMIT = 10  # results shown while typing (engine.search_vocabulary answer
 def vocabulary_search(holder: "EngineHolder", query_key: str, add_key: str, on_pick, with_codes: bool = True) -> None:
     """Type-ahead search of the vocabulary with an Add button per result; call it inside an ``st.fragment``
     so typing reruns only the search. ``on_pick(term, codes)`` (or ``on_pick(term)``) adds the result."""
+    from termnorm.search import found_tag, nearest_note
+
     q = st.text_input("Search the vocabulary", key=query_key, live=True, type="search",
-                      placeholder="type a term, a code or a synonym…")
+                      placeholder="type a term, a code, a synonym or an abbreviation…")
     if not q.strip():
         return
     results = holder.search(q, limit=SEARCH_LIMIT)
     if not results:
         st.caption("No term found.")
         return
+    note = nearest_note(q, results)  # "no code E11.900; codes under E11.90"
+    if note:
+        st.caption(note)
     for i, c in enumerate(results):
         rc = st.columns([6, 1], vertical_alignment="center")
-        rc[0].markdown(f'<span class="tn-code">{esc(", ".join(c.codes))}</span> &nbsp;'
-                       f"{highlight_html(c.term, holder.tag(c.term))}", unsafe_allow_html=True)
+        rc[0].markdown(f'<span class="tn-code">{code_cell(c.codes)}</span> &nbsp;'
+                       f"{highlight_html(c.term, holder.tag(c.term))} &nbsp;"
+                       f'<span class="tn-part" title="how it was found">{esc(found_tag(c))}</span>',
+                       unsafe_allow_html=True)
         args = (c.term, c.codes) if with_codes else (c.term,)
         if rc[1].button("Add", key=f"{add_key}_{i}", width="stretch", on_click=on_pick, args=args):
             st.rerun(scope="app")  # the answer box lives outside the fragment

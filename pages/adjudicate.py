@@ -40,7 +40,7 @@ task_id = top[0].selectbox("Gold task", ids, key="adj_task",
                                         for t in tasks}.get)
 show_all = top[1].toggle("Show adjudicated too", key="adj_all")
 t = next(x for x in tasks if x["id"] == task_id)
-holder = _ui.engine_holder(ctx.url, t["vocabulary_id"])
+holder = _ui.serving_holder(ctx.url, t["vocabulary_id"])
 vocab = holder.engine.vocabulary
 
 with _ui.session() as s:

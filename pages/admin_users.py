@@ -8,7 +8,7 @@ disabled (db.auth refuses), so the app cannot lock itself out.
 import pandas as pd
 import streamlit as st
 
-from db import auth
+from db import auth, review
 from db.models import ROLES
 from pages import _ui
 
@@ -90,6 +90,21 @@ with c[1].container(border=True):
     else:
         st.button(f"Disable {who}", on_click=on_disable, args=(True,), key="au_disable",
                   help="the account keeps its history but can no longer sign in")
+
+st.markdown("#### Review rules")
+
+
+def on_self_approval() -> None:
+    value = bool(ss.get("au_self_approval"))
+    _run(lambda s: review.set_setting(s, review.SELF_APPROVAL, value, ctx.username),
+         "Leads may now approve their own decisions" if value else "Leads may no longer approve their own decisions")
+
+
+with _ui.session() as s:
+    ss["au_self_approval"] = bool(review.setting(s, review.SELF_APPROVAL, False))
+st.toggle("Allow a lead to approve their own decisions (small teams where the lead also codes)",
+          key="au_self_approval", on_change=on_self_approval,
+          help="Off by default: a second person confirms every code. Changes are in the audit log.")
 
 st.markdown("#### Audit log")
 with _ui.session() as s:

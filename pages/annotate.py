@@ -35,7 +35,7 @@ head = st.columns([3, 2], vertical_alignment="bottom")
 task_id = head[0].selectbox("Gold task", ids, key="an_task",
                             format_func={t["id"]: f'{t["name"]} · {t["mode"]}' for t in tasks}.get)
 task = next(t for t in tasks if t["id"] == task_id)
-holder = _ui.engine_holder(ctx.url, task["vocabulary_id"])
+holder = _ui.serving_holder(ctx.url, task["vocabulary_id"])
 
 with _ui.session() as s:
     queue = gold.annotation_queue(s, task_id, ctx.username)

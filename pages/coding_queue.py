@@ -15,7 +15,7 @@ import time
 
 import streamlit as st
 
-from db import services
+from db import review, services
 from pages import _ui
 
 SHOWN = _ui.SHOWN
@@ -23,7 +23,11 @@ PREPARE_AHEAD = _ui.PREPARE_AHEAD
 
 SHORTCUTS = [("S", "save the terms in the box (accept if unchanged, else correct)"),
              ("A", "accept the engine's terms"), ("X", "reject: no candidate fits"), ("K", "skip"),
-             ("Enter", "in the comment box: flag for a lead")]
+             ("1–5", "relationship"), ("Enter", "in the comment box: flag for a lead")]
+# key, FHIR concept-map-relationship code, button label: "the mention ... the term(s)"
+RELATIONSHIP_KEYS = [("1", "equivalent", "1 equivalent"), ("2", "source-is-narrower-than-target", "2 narrower"),
+                     ("3", "source-is-broader-than-target", "3 broader"), ("4", "related-to", "4 related"),
+                     ("5", "not-related-to", "5 not related")]
 
 ctx = _ui.page()
 
@@ -56,61 +60,119 @@ if others:
 
 mid, text = current["id"], current["text"]
 st.session_state.setdefault(f"shown_at_{mid}", time.time())
-sel_key = f"terms_{mid}"
+
+# The terms box. What the coder sees in it is what Save saves: the widget's own value, read under the key it
+# was drawn with. A change made on the server (Clear, a term added from the search, a synonym) bumps the box's
+# version, so the widget is drawn under a new key from the new content; a click that was drawn with the old
+# version (it reached the server before the new box was on screen) is refused instead of saving a box the
+# coder never saw -- in the browser, Clear then Save within ~300 ms used to save the engine's terms.
+box_version = st.session_state.setdefault(f"boxv_{mid}", 0)
+sel_key = f"terms_{mid}" if box_version == 0 else f"terms_{mid}_v{box_version}"
 if sel_key not in st.session_state:
-    st.session_state[sel_key] = list(sug.chosen)
+    st.session_state[sel_key] = list(st.session_state.get(f"boxinit_{mid}", sug.chosen))
+rel_key = f"rel_{mid}"  # the relationship the coder set (keys 1-5); unset: services.default_relationship
+
+
+def box_terms(mention_id: int, version: int) -> list[str]:
+    key = f"terms_{mention_id}" if version == 0 else f"terms_{mention_id}_v{version}"
+    return list(st.session_state.get(key) or [])
+
+
+def set_box(mention_id: int, terms: list[str]) -> None:
+    """Server-side change of the box: drawn afresh under a new key at the next run."""
+    st.session_state[f"boxinit_{mention_id}"] = list(dict.fromkeys(terms))
+    st.session_state[f"boxv_{mention_id}"] = st.session_state.get(f"boxv_{mention_id}", 0) + 1
 
 
 # ---------------------------------------------------------------- actions (callbacks run before the next draw)
+# Every callback gets the mention id it was drawn for; the server refuses a decision for a mention that is not
+# this coder's current claim (services.NotYourMention), so a late click never lands on the wrong mention.
 def _forget(mention_id: int) -> None:
-    for k in [k for k in st.session_state if isinstance(k, str) and k.endswith(f"_{mention_id}")]:
+    for k in [k for k in st.session_state if isinstance(k, str)
+              and (k.endswith(f"_{mention_id}") or k.startswith(f"terms_{mention_id}_v"))]:
         del st.session_state[k]
 
 
-def _decide(action: str, terms=(), comment: str = "") -> None:
+def _decide(mention_id: int, action: str, terms=(), comment: str = "", codes=None) -> None:
+    relationship = st.session_state.get(rel_key) if terms else None
     try:
-        _ui.decide(ctx, mid, text, action, terms, comment, shown=SHOWN)
+        _ui.decide(ctx, mention_id, text, action, terms, comment, shown=SHOWN, codes=codes,
+                   relationship=relationship)
+    except services.NotYourMention as e:
+        _forget(mention_id)
+        _ui.flash("warning", f"Ignored: {e}")
+        return
     except (ValueError, KeyError) as e:
         _ui.flash("error", f"Not saved: {e}")
         return
-    _forget(mid)
+    _forget(mention_id)
     _ui.flash("toast", f"#{current['position']} {action}" + (": " + " + ".join(terms) if terms else ""))
 
 
-def on_save() -> None:
-    terms = list(st.session_state.get(sel_key) or [])
+def _picked_codes(mention_id: int, terms: list[str]) -> dict[str, str]:
+    picks = st.session_state.get(f"codes_{mention_id}", {})
+    return {t: picks[t] for t in terms if picks.get(t)}
+
+
+def _box_clicked(mention_id: int) -> bool:
+    """Whether Clear or a search result's Add was clicked in the same request as Save: Streamlit merges clicks
+    that arrive before the previous run began, and runs Save's callback first (page order), while the box in
+    the browser still showed what Clear was meant to remove."""
+    ss = st.session_state
+    return bool(ss.get(f"clear_{mention_id}")) or any(
+        ss.get(k) is True for k in list(ss) if isinstance(k, str) and k.startswith(f"pick_{mention_id}_"))
+
+
+def on_save(mention_id: int, version: int) -> None:
+    if version != st.session_state.get(f"boxv_{mention_id}", 0) or _box_clicked(mention_id):
+        _ui.flash("warning", "Not saved: the terms box changed before your click arrived (cleared, or a term "
+                             "added). Check the box and save again.")
+        return
+    terms = box_terms(mention_id, version)
     if not terms:
         _ui.flash("error", "Pick at least one term (or use Reject / Skip / Flag).")
         return
-    _decide("accept" if set(terms) == set(sug.chosen) else "correct", terms)
+    action = "accept" if set(terms) == set(sug.chosen) else "correct"
+    _decide(mention_id, action, terms, codes=_picked_codes(mention_id, terms))
 
 
-def on_accept() -> None:
-    _decide("accept", list(sug.chosen))
+def on_accept(mention_id: int) -> None:
+    _decide(mention_id, "accept", list(sug.chosen), codes=_picked_codes(mention_id, list(sug.chosen)))
 
 
-def on_flag() -> None:
-    comment = (st.session_state.get(f"comment_{mid}") or "").strip()
+def on_flag(mention_id: int) -> None:
+    comment = (st.session_state.get(f"comment_{mention_id}") or "").strip()
     if not comment:
         _ui.flash("error", "A flag needs a comment for the lead.")
         return
-    _decide("flag", comment=comment)
+    _decide(mention_id, "flag", comment=comment)
 
 
-def on_pick(term: str, term_codes: list[str]) -> None:
-    chosen = list(st.session_state.get(sel_key) or [])
+def on_pick(term: str, term_codes: list[str], mention_id: int = mid, version: int = box_version) -> None:
+    if version != st.session_state.get(f"boxv_{mention_id}", 0):
+        return  # a search result drawn beside an older box: adding to the new one would surprise the coder
+    chosen = box_terms(mention_id, version)
     if term not in chosen:
-        st.session_state[sel_key] = chosen + [term]
-    st.session_state.setdefault(f"codes_{mid}", {})[term] = ", ".join(term_codes)
+        set_box(mention_id, chosen + [term])
 
 
-def on_clear() -> None:
-    st.session_state[sel_key] = []
+def on_clear(mention_id: int) -> None:
+    set_box(mention_id, [])
 
 
-def on_synonym() -> None:
-    term = st.session_state.get(f"syn_term_{mid}")
-    synonym = (st.session_state.get(f"syn_text_{mid}") or "").strip()
+def on_code(mention_id: int, term: str) -> None:
+    picked = st.session_state.get(f"code_{mention_id}_{holder.engine.vocabulary.index(term)}")
+    if picked:
+        st.session_state.setdefault(f"codes_{mention_id}", {})[term] = picked
+
+
+def on_relationship(mention_id: int, relationship: str) -> None:
+    st.session_state[f"rel_{mention_id}"] = relationship
+
+
+def on_synonym(mention_id: int) -> None:
+    term = st.session_state.get(f"syn_term_{mention_id}")
+    synonym = (st.session_state.get(f"syn_text_{mention_id}") or "").strip()
     try:
         with _ui.session() as s:
             added = services.add_synonym(s, ctx.vocabulary_id, term, synonym, ctx.username)
@@ -119,13 +181,21 @@ def on_synonym() -> None:
         return
     holder.learn_synonym(term, synonym)
     # the mention's own suggestion is now stale (holder.is_stale); offer the taught term at once
-    st.session_state[sel_key] = [term]
+    set_box(mention_id, [term])
     _ui.flash("toast", f"Synonym {'added' if added else 'already known'}: {synonym} → {term}")
 
 
 # ---------------------------------------------------------------- the mention
-status = {"skipped": " · skipped before"}.get(current.get("status"), "")
+status = {"skipped": " · skipped before", services.REREVIEW: " · re-review"}.get(current.get("status"), "")
 st.caption(f"Mention #{current['position']} of {total}{status}")
+if current.get("status") == services.REREVIEW:
+    with _ui.session() as s:
+        before = services.mention(s, mid)["decision"]
+        why = review.rereview_reason(s, mid)
+    was = (" · ".join(f"{t} ({c})" if c else t for t, c in zip(before["terms"], before["codes"] + [""] * 9))
+           if before and before["terms"] else "—")
+    st.warning(f"**Re-review:** {why}. Coded before: {was}. The suggestions below come from the vocabulary "
+               "edition in force.", icon=":material/history:")
 _ui.markup(f'<div class="tn-mention">{_ui.highlight_html(text, sug.keywords)}</div>')
 _ui.markup(_ui.legend_html())
 
@@ -143,21 +213,59 @@ if len(sug.candidates) > SHOWN:
         _ui.markup(_ui.candidate_table_html(sug.candidates[SHOWN:], sug.keywords, sug.chosen, holder.tag,
                                             start=SHOWN + 1))
 
-# ---------------------------------------------------------------- the terms to save
-options = list(dict.fromkeys([c.term for c in sug.candidates] + list(st.session_state[sel_key])))
-codes = {c.term: ", ".join(c.codes) for c in sug.candidates} | st.session_state.get(f"codes_{mid}", {})
+# ---------------------------------------------------------------- the terms to save, with the code each exports
+vocab = holder.engine.vocabulary
+in_box = list(st.session_state[sel_key])
+picked_codes = st.session_state.get(f"codes_{mid}", {})
+
+
+def export_code(term: str) -> str:
+    return picked_codes.get(term) or vocab.export_code(term) or ""
+
+
+options = list(dict.fromkeys([c.term for c in sug.candidates] + in_box))
+# the chips show names only: a label that changes with the code picked below would no longer match the value
+# the browser holds for the widget
 st.multiselect("Terms for this mention", options, key=sel_key,
-               format_func=lambda t: f"{t}  ·  {codes[t]}" if codes.get(t) else t,
                placeholder="Pick one or more terms, or search the vocabulary below")
+if in_box:
+    st.markdown('<div class="tn-keys">Code exported for each term (the most specific by default; one click '
+                "switches between a term's leaf and category codes)</div>", unsafe_allow_html=True)
+for term in in_box:
+    term_codes = vocab.codes_of(term)
+    row = st.columns([2, 5], vertical_alignment="center")
+    row[0].markdown(f"{_ui.esc(term)}")
+    if len(term_codes) > 1:
+        key = f"code_{mid}_{vocab.index(term)}"  # ASCII: the key is also the element's CSS class
+        st.session_state.setdefault(key, export_code(term))
+        row[1].segmented_control(f"Code exported for {term}", term_codes, key=key, on_change=on_code,
+                                 args=(mid, term), format_func=lambda c: f"{c} · {vocab.code_kind(c)}",
+                                 label_visibility="collapsed")
+    else:
+        row[1].markdown(f'<span class="tn-code"><b>{_ui.esc(export_code(term) or "no code")}</b></span>',
+                        unsafe_allow_html=True)
+
+rel = st.session_state.get(rel_key)
+default_rel = services.default_relationship(in_box)
+rc = st.columns([1.2] + [1] * len(RELATIONSHIP_KEYS), vertical_alignment="center")
+rc[0].markdown('<div class="tn-keys" title="FHIR concept-map-relationship: equivalent, source-is-narrower-than-'
+               'target, source-is-broader-than-target, related-to, not-related-to">Relationship of the mention to '
+               'its term(s) <span class="tn-miss">(· = the default)</span></div>', unsafe_allow_html=True)
+for col, (key_, code, label) in zip(rc[1:], RELATIONSHIP_KEYS):
+    on = (rel or default_rel) == code
+    col.button(f"{label}" + (" ·" if on and not rel else ""), shortcut=key_, key=f"rel_{code}_{mid}",
+               on_click=on_relationship, args=(mid, code), type="primary" if on else "secondary", width="stretch")
 
 cols = st.columns([1.3, 1.3, 1.2, 1, 1.6])
-cols[0].button("Save terms", type="primary", shortcut="S", on_click=on_save, key=f"save_{mid}", width="stretch")
-cols[1].button("Accept suggestion", shortcut="A", on_click=on_accept, key=f"accept_{mid}", width="stretch",
-               disabled=not sug.chosen)
-cols[2].button("Reject: none fits", shortcut="X", on_click=_decide, args=("reject",), key=f"reject_{mid}",
+cols[0].button("Save terms", type="primary", shortcut="S", on_click=on_save, args=(mid, box_version),
+               key=f"save_{mid}", width="stretch")
+cols[1].button("Accept suggestion", shortcut="A", on_click=on_accept, args=(mid,), key=f"accept_{mid}",
+               width="stretch", disabled=not sug.chosen)
+cols[2].button("Reject: none fits", shortcut="X", on_click=_decide, args=(mid, "reject"), key=f"reject_{mid}",
                width="stretch")
-cols[3].button("Skip", shortcut="K", on_click=_decide, args=("skip",), key=f"skip_{mid}", width="stretch")
-cols[4].button("Clear the box", on_click=on_clear, key=f"clear_{mid}", width="stretch", type="tertiary")
+cols[3].button("Skip", shortcut="K", on_click=_decide, args=(mid, "skip"), key=f"skip_{mid}", width="stretch")
+cols[4].button("Clear the box", on_click=on_clear, args=(mid,), key=f"clear_{mid}", width="stretch",
+               type="tertiary")
 
 st.markdown('<div class="tn-keys">Keys: ' + " · ".join(f"<kbd>{k}</kbd> {what}" for k, what in SHORTCUTS)
             + "</div>", unsafe_allow_html=True)
@@ -165,7 +273,7 @@ st.markdown('<div class="tn-keys">Keys: ' + " · ".join(f"<kbd>{k}</kbd> {what}"
 with st.form(f"flag_form_{mid}", border=False, enter_to_submit=True):
     fc = st.columns([5, 1], vertical_alignment="bottom")
     fc[0].text_input("Comment", key=f"comment_{mid}", placeholder="What is wrong or unclear? (Enter flags it)")
-    fc[1].form_submit_button("Flag", on_click=on_flag, key=f"flag_{mid}", width="stretch")
+    fc[1].form_submit_button("Flag", on_click=on_flag, args=(mid,), key=f"flag_{mid}", width="stretch")
 
 
 # ---------------------------------------------------------------- vocabulary search (reruns only itself while typing)
@@ -180,7 +288,7 @@ with st.expander("Teach a synonym: this mention (or part of it) is another name 
     sc = st.columns([3, 3, 1], vertical_alignment="bottom")
     sc[0].selectbox("Term", syn_terms, key=f"syn_term_{mid}")
     sc[1].text_input("Synonym", value=text, key=f"syn_text_{mid}")
-    sc[2].button("Add synonym", on_click=on_synonym, key=f"syn_add_{mid}", width="stretch")
+    sc[2].button("Add synonym", on_click=on_synonym, args=(mid,), key=f"syn_add_{mid}", width="stretch")
 
 
 # ---------------------------------------------------------------- prepare the next mentions (page already drawn)

@@ -34,7 +34,7 @@ if not vocabs:
 vocabulary_id = ctx.vocabulary_id or vocabs[0]["id"]
 with _ui.session() as s:
     batch_list = services.batches(s, vocabulary_id)
-holder = _ui.engine_holder(ctx.url, vocabulary_id)
+holder = _ui.serving_holder(ctx.url, vocabulary_id)
 current_version = holder.engine.model_version
 
 

@@ -4,24 +4,27 @@ Import accepts CSV, XLSX and CHIP-CDN JSON (``db.services.import_mentions``):
 bad rows are listed (file, row, problem) and never block the good ones.
 Pre-suggestion runs the engine over a whole batch (``engine.suggest_batch``)
 and stores every suggestion, so coders only read the database. Export gives
-the latest decisions of a batch as CSV, XLSX, JSONL, CHIP-CDN JSON or a FHIR
-R5 ConceptMap (``db.services.export_decisions``).
+the latest decisions of a batch as CSV, XLSX, JSONL, CHIP-CDN JSON, a FHIR R5
+ConceptMap or an OMOP SOURCE_TO_CONCEPT_MAP (``db.exports.export_batch``): the
+file is built by "Prepare the export", then downloaded as ready bytes.
 """
 
+from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
 import streamlit as st
 
-from db import services
+from db import exports, services
 from pages import _ui
 
-FORMATS = {  # label -> (services format, file suffix, MIME type)
-    "CSV": ("csv", "csv", "text/csv"),
-    "XLSX": ("xlsx", "xlsx", "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"),
-    "JSONL": ("jsonl", "jsonl", "application/jsonl"),
-    "CHIP-CDN json": ("chip-cdn", "json", "application/json"),
-    "FHIR R5 ConceptMap": ("fhir", "fhir.json", "application/fhir+json"),
+FORMATS = {  # label -> db.exports format
+    "CSV": "csv",
+    "XLSX": "xlsx",
+    "JSONL": "jsonl",
+    "CHIP-CDN json": "chip-cdn",
+    "FHIR R5 ConceptMap": "fhir",
+    "OMOP SOURCE_TO_CONCEPT_MAP": "omop",
 }
 
 ctx = _ui.page()
@@ -61,12 +64,23 @@ c[1].button("Import", type="primary", on_click=on_import, width="stretch")
 report = st.session_state.get("import_report")
 if report is not None:
     if report.batch_id is not None:
-        st.success(f"{report.file}: {report.n_ok} mention(s) imported as batch #{report.batch_id}.")
+        st.success(f"{report.file}: {report.n_imported} mention(s) imported as batch #{report.batch_id}.")
     else:
-        st.error(f"{report.file}: nothing imported.")
-    if report.errors:
-        st.warning(f"{len(report.errors)} problem(s): these rows were left out.")
-        st.dataframe(pd.DataFrame([tuple(e) for e in report.errors], columns=["file", "row", "problem"]),
+        why = "; ".join(e.problem for e in report.file_problems) or "every row was rejected (see the table below)"
+        st.error(f"{report.file}: nothing imported: {why}")
+    c = st.columns(4)
+    c[0].metric("Rows read", report.n_read)
+    c[1].metric("Imported", report.n_imported)
+    c[2].metric("Rejected", report.n_rejected)
+    c[3].metric("Notices", len(report.notices))
+    if report.rejected:
+        st.warning(f"{report.n_rejected} row(s) rejected: fix them in the file and import those rows again.")
+        st.dataframe(pd.DataFrame([tuple(e) for e in report.rejected], columns=["file", "row", "problem"]),
+                     hide_index=True, width="stretch")
+    if report.notices:
+        st.info(f"{len(report.notices)} notice(s): these rows were imported; each says what was changed "
+                "or is unusual.")
+        st.dataframe(pd.DataFrame([tuple(n) for n in report.notices], columns=["file", "row", "notice"]),
                      hide_index=True, width="stretch")
 
 # ---------------------------------------------------------------- pre-suggestion
@@ -90,6 +104,72 @@ else:
     st.caption("No batch yet.")
 
 # ---------------------------------------------------------------- export
+def export_options(batch_id: int, fmt: str) -> tuple:
+    """What the prepared file depends on: a download is offered only while the form still says the same."""
+    up = st.session_state.get("omop_concepts")
+    upload = (getattr(up, "file_id", None) or (up.name, up.size)) if up is not None else None
+    approved = True if fmt == "omop" else bool(st.session_state.get("export_approved"))
+    omop = (st.session_state.get("omop_source", ""), st.session_state.get("omop_target", ""), upload)
+    return batch_id, fmt, approved, omop if fmt == "omop" else None
+
+
+def on_prepare(batch_id: int, fmt: str) -> None:
+    # Built here, once, and handed to the download button as bytes: a data callable runs when the button is
+    # clicked, and on a big batch the button spun for over a minute.
+    st.session_state.pop("export_ready", None)
+    omop = {}
+    if fmt == "omop":
+        omop = {"source_vocabulary_id": (st.session_state.get("omop_source") or "").strip() or None,
+                "target_vocabulary_id": st.session_state.get("omop_target") or "",
+                "concepts": st.session_state.get("omop_concepts")}
+    try:
+        with _ui.session() as s:
+            out = exports.export_batch(s, batch_id, fmt, approved_only=bool(st.session_state.get("export_approved")),
+                                       **omop)
+    except (ValueError, KeyError) as e:
+        _ui.flash("error", f"Export not prepared: {e}")
+        return
+    st.session_state["export_ready"] = {"options": export_options(batch_id, fmt), "export": out,
+                                        "at": datetime.now().strftime("%H:%M:%S")}
+
+
+def show_report(report: dict) -> None:
+    only = " approved" if report.get("approved_only") else ""
+    fmt = report["format"]
+    if only and not report.get("rows", report.get("elements")):
+        st.warning("No approved decision in this batch yet: a lead approves decisions on the Review page.")
+    if fmt == "omop":
+        c = st.columns(4)
+        c[0].metric("Rows written", report["rows"])
+        c[1].metric("Decisions", report["decisions"])
+        c[2].metric("Codes without concept_id", len(report["no_concept"]))
+        c[3].metric("Mentions cut to 50 characters", len(report["cut"]))
+        if not report["concepts_given"]:
+            st.info("No CONCEPT.csv given: every target_concept_id is 0 (no matching concept).")
+        elif report["no_concept"]:
+            st.warning(f"{len(report['no_concept'])} code(s) have no concept of {report['target_vocabulary_id']} "
+                       f"in CONCEPT.csv ({report['rows_without_concept']} row(s) with target_concept_id 0): "
+                       + ", ".join(report["no_concept"][:50]))
+        if report["cut"]:
+            st.warning("source_code is varchar(50): these mentions were cut (the full text is in "
+                       "source_code_description): " + "; ".join(report["cut"][:20]))
+        if report["cut_description"]:
+            st.warning(f"{len(report['cut_description'])} mention(s) longer than 255 characters were cut in "
+                       "source_code_description too.")
+        if report["same_source_code"]:
+            st.warning(f"{len(report['same_source_code'])} source_code(s) are shared by different mentions "
+                       "after the cut.")
+    elif fmt == "fhir":
+        st.caption(f"ConceptMap status **{report['status']}**: {report['elements']} mention(s) mapped, "
+                   f"{report['no_map']} of them rejected (noMap); {report['left_out']} skip / flag decision(s) "
+                   "left out (no mapping).")
+    elif fmt == "chip-cdn":
+        st.caption(f"{report['rows']}{only} decision(s) with terms; {report['left_out']} without terms left out "
+                   "(a training-data format).")
+    else:
+        st.caption(f"{report['rows']}{only} decision(s).")
+
+
 st.subheader("Export decisions")
 if batch_list:
     names = {b["id"]: f'{b["name"]} ({b["n_done"]}/{b["n_mentions"]} coded)' for b in batch_list}
@@ -99,12 +179,27 @@ if batch_list:
     export_id = c[0].selectbox("Batch", ids, format_func=names.get, key=f"export_batch_{ctx.batch_id}",
                                index=ids.index(ctx.batch_id) if ctx.batch_id in ids else 0)
     label = c[1].selectbox("Format", list(FORMATS), key="export_format")
-    fmt, suffix, mime = FORMATS[label]
-    batch_name = next(b["name"] for b in batch_list if b["id"] == export_id)
-
-    def export_bytes(batch_id: int = export_id, fmt: str = fmt) -> bytes:
-        with _ui.session() as s:  # built only when clicked (a callable is evaluated on download)
-            return services.export_decisions(s, batch_id, fmt)
-
-    c[2].download_button(f"Download {label}", data=export_bytes, mime=mime, width="stretch",
-                         file_name=f"{batch_name.replace(' ', '_')}.{suffix}", type="primary")
+    fmt = FORMATS[label]
+    c[2].checkbox("Approved decisions only", key="export_approved", disabled=fmt == "omop",
+                  help="Only decisions a lead approved (OMOP exports approved decisions only, always).")
+    if fmt == "omop":
+        c = st.columns([2, 2, 3], vertical_alignment="bottom")
+        c[0].text_input("Source vocabulary_id", key="omop_source", max_chars=exports.OMOP_VOCABULARY_ID_LEN,
+                        placeholder=exports.DEFAULT_SOURCE_VOCABULARY,
+                        help="A short id naming these mentions as a source vocabulary (OMOP varchar(20)).")
+        c[1].text_input("Target vocabulary_id", key="omop_target", max_chars=exports.OMOP_VOCABULARY_ID_LEN,
+                        placeholder="e.g. ICD10CN / ICD9ProcCN",
+                        help="The OMOP vocabulary_id of the exported codes, to look their concept_id up.")
+        c[2].file_uploader("Athena CONCEPT.csv (optional)", type=["csv", "tsv", "txt"], key="omop_concepts",
+                           help="From athena.ohdsi.org (download only the target vocabulary to keep it small). "
+                                "Without it every target_concept_id is 0.")
+    st.button("Prepare the export", key="export_prepare", on_click=on_prepare, args=(export_id, fmt))
+    ready = st.session_state.get("export_ready")
+    if ready is not None and ready["options"] == export_options(export_id, fmt):
+        out = ready["export"]
+        show_report(out.report)
+        st.download_button(f"Download {out.file_name}", data=out.data, file_name=out.file_name, mime=out.mime,
+                           key="export_download", type="primary", on_click="ignore",
+                           help=f"Prepared at {ready['at']}: prepare again to include later decisions.")
+    elif ready is not None:
+        st.caption("The export options changed since the file was prepared: prepare it again.")

@@ -1,20 +1,27 @@
-"""Vocabulary browser: find a term, see its codes, its place in the hierarchy and every synonym.
+"""Vocabulary browser: find a term, see its codes, its place in the hierarchy and every synonym; teach
+abbreviations.
 
-Search is the engine's type-ahead (``engine.search_vocabulary``: exact,
-character TF-IDF and Jaccard over names and synonyms). The hierarchy is the
-code's parent chain (``Vocabulary.ancestors``: the vocabulary's tree, else
-code prefixes). Synonyms come from the vocabulary file and from coders
-(who added them and when, from the database).
+Search is the engine's type-ahead, the same as the coding page's
+(``engine.search_vocabulary`` -> termnorm.search: exact code, code prefix,
+nearest code, name, synonym, abbreviation, then character TF-IDF / Jaccard),
+each result tagged with how it was found. The hierarchy is the code's parent
+chain (``Vocabulary.ancestors``: the vocabulary's tree, else code prefixes).
+Synonyms come from the vocabulary file and from coders (who added them and
+when, from the database). Abbreviations taught here are stored
+(db.abbreviations) and searchable at once, on every page.
 """
 
 import pandas as pd
 import streamlit as st
 
-from db import services
+from db import abbreviations, services
 from pages import _ui
+from termnorm.search import found_tag, nearest_note
+from termnorm.text.normalize import normalize
 
 ctx = _ui.context()
 _ui.style()
+_ui.show_flash()  # what teaching an abbreviation said on the previous run
 st.title("Vocabulary")
 
 if ctx.vocabulary_id is None:
@@ -24,25 +31,78 @@ if ctx.vocabulary_id is None:
 holder = ctx.holder()
 vocab = holder.engine.vocabulary
 
-q = st.text_input("Search terms, codes or synonyms", key="vocab_q", live=True, type="search",
-                  placeholder="e.g. 甲状腺, 胆囊, 06.4")
+
+def on_teach() -> None:
+    """Store the abbreviation, THEN teach the engine (as decisions do), so the engine never knows more than
+    the database."""
+    ss = st.session_state
+    abbr, expansion = ss.get("abbr_text", "").strip(), ss.get("abbr_expansion", "").strip()
+    try:
+        with _ui.session() as s:
+            new = abbreviations.add_abbreviation(s, ctx.vocabulary_id, abbr, expansion, ctx.username)
+    except (ValueError, KeyError) as e:
+        _ui.flash("error", str(e).strip("'\""))
+        return
+    if not new:
+        _ui.flash("error", f"{abbr} → {expansion} is already known.")
+        return
+    with holder.lock:
+        holder.engine.add_abbreviation(abbr, expansion)
+        top = holder.engine.search_vocabulary(abbr, limit=1)
+    _ui.flash("toast", f"{abbr} → {expansion} taught" + (f"; it now finds {top[0].term}" if top else ""))
+
+
+def teach_section() -> None:
+    """The "Teach an abbreviation" form and every abbreviation the search knows for this vocabulary."""
+    st.subheader("Abbreviations")
+    with st.form("teach_abbr", border=True, clear_on_submit=True):
+        st.markdown("**Teach an abbreviation**")
+        fc = st.columns([1, 3], vertical_alignment="bottom")
+        fc[0].text_input("Abbreviation", key="abbr_text", max_chars=abbreviations.ABBREVIATION_LEN,
+                         placeholder="e.g. LC")
+        fc[1].text_input("Stands for", key="abbr_expansion", placeholder="e.g. 腹腔镜下胆囊切除术")
+        st.form_submit_button("Teach", key="abbr_teach", type="primary", on_click=on_teach)
+    with _ui.session() as s:
+        taught = abbreviations.abbreviation_rows(s, ctx.vocabulary_id)
+    with holder.lock:
+        known = holder.engine.searcher.abbreviations()
+    mine = {(normalize(r["abbreviation"]), r["expansion"]) for r in taught}
+    listed = [{"abbreviation": a, "expansion": e, "source": "list"} for a, e in known if (normalize(a), e) not in mine]
+    rows = taught + listed
+    if rows:
+        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", height=min(38 + 35 * len(rows), 320),
+                     key="abbr_table")
+    else:
+        st.caption("No abbreviation yet.")
+
+
+def search_results(query: str) -> str | None:
+    """The results table; the term picked in it (None: nothing found)."""
+    results = holder.search(query, limit=20)
+    if not results:
+        st.caption("No term found.")
+        return None
+    note = nearest_note(query, results)  # "no code E11.900; codes under E11.90"
+    if note:
+        st.caption(note)
+    st.dataframe(pd.DataFrame({"code": [c.code or "" for c in results],
+                               "other codes": [", ".join(c.codes[1:]) for c in results],
+                               "term": [c.term for c in results],
+                               "found as": [found_tag(c) for c in results]}),
+                 hide_index=True, width="stretch", height=min(38 + 35 * len(results), 320))
+    return st.selectbox("Term", [c.term for c in results], key="vocab_term")
+
+
+q = st.text_input("Search terms, codes, synonyms or abbreviations", key="vocab_q", live=True, type="search",
+                  placeholder="e.g. 甲状腺, 胆囊, 06.4, 06.31, PCI")
 query = q.strip()
+term = search_results(query) if query else None
 if not query:
     st.caption(f"{len(vocab)} terms in {vocab.name}.")
+if term is None:
+    teach_section()
     st.stop()
 
-results = holder.search(query, limit=20)
-# a code typed as such (06.4x00, I10) finds its names directly
-by_code = [n for n in vocab.names_of(query) if n not in {c.term for c in results}]
-terms = by_code + [c.term for c in results]
-if not terms:
-    st.caption("No term found.")
-    st.stop()
-
-st.dataframe(pd.DataFrame({"code": [", ".join(vocab.codes_of(t)) for t in terms], "term": terms}),
-             hide_index=True, width="stretch", height=min(38 + 35 * len(terms), 320))
-
-term = st.selectbox("Term", terms, key="vocab_term")
 spans = holder.tag(term)
 _ui.markup(f'<div class="tn-mention" style="font-size:1.4rem">{_ui.highlight_html(term, spans)}</div>')
 _ui.markup(_ui.legend_html(candidates=False))
@@ -70,3 +130,5 @@ with right:
         st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
     else:
         st.caption("No synonym yet. Coders add them from the coding queue.")
+
+teach_section()

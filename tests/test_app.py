@@ -53,6 +53,15 @@ def current_id(at: AppTest) -> int:
     return int(keys[0].split("_")[1])
 
 
+def box(at: AppTest, mention_id: int):
+    """The terms box of the mention: keyed ``terms_<id>``, then ``terms_<id>_v<n>`` after each change the server
+    makes to it (Clear, a term added from the search, a synonym)."""
+    found = [w for w in at.multiselect if w.key and (w.key == f"terms_{mention_id}"
+                                                     or w.key.startswith(f"terms_{mention_id}_v"))]
+    assert len(found) == 1, [w.key for w in found]
+    return found[0]
+
+
 def latest(url: str, mention_id: int) -> dict:
     with services.session_scope(url) as s:
         return services.mention(s, mention_id)
@@ -116,7 +125,7 @@ def test_correct_with_a_different_candidate(db_url):
     mid = current_id(at)
     sug = suggestion(db_url, mid)
     other = next(c.term for c in sug.candidates if c.term not in sug.chosen)
-    at.multiselect(key=f"terms_{mid}").set_value([other])
+    box(at, mid).set_value([other])
     at.button(key=f"save_{mid}").click()
     rerun(at)
     d = latest(db_url, mid)["decision"]
@@ -131,7 +140,7 @@ def test_pick_two_terms(db_url):
     at = start()
     mid = current_id(at)
     two = [c.term for c in suggestion(db_url, mid).candidates[:2]]
-    at.multiselect(key=f"terms_{mid}").set_value(two)
+    box(at, mid).set_value(two)
     at.button(key=f"save_{mid}").click()
     rerun(at)
     d = latest(db_url, mid)["decision"]
@@ -149,10 +158,10 @@ def test_search_the_vocabulary_and_pick(db_url):
     assert picks, "no search result"
     at.button(key=f"clear_{mid}").click()  # reject the candidates: only the searched term is kept
     rerun(at)
-    assert at.multiselect(key=f"terms_{mid}").value == []
+    assert box(at, mid).value == []
     at.button(key=f"pick_{mid}_0").click()
     rerun(at)
-    picked = at.multiselect(key=f"terms_{mid}").value
+    picked = box(at, mid).value
     assert len(picked) == 1 and "胆囊" in picked[0] and picked[0] not in shown
     at.button(key=f"save_{mid}").click()
     rerun(at)
@@ -190,7 +199,7 @@ def test_add_synonym_teaches_engine(db_url):
     # same mention still on screen, now suggested the taught term (engine.add_synonym took effect)
     assert current_id(at) == mid
     assert suggestion(db_url, mid).chosen == [target]
-    assert at.multiselect(key=f"terms_{mid}").value == [target]
+    assert box(at, mid).value == [target]
 
 
 def test_skip_moves_on_and_comes_back_last(db_url):
@@ -272,6 +281,46 @@ def test_import_malformed_file_reports_bad_rows_and_keeps_good_ones(db_url):
         assert all(services.latest_suggestion(s, m["id"]) is not None for m in services.mentions(s, b["id"]))
 
 
+def test_import_report_counts_rows_and_names_a_stray_quote_row(db_url):
+    at = start()
+    at.switch_page("pages/import_export.py")
+    rerun(at)
+    data = ("mention,terms\n"
+            "右侧腹股沟斜疝无张力修补术,\n"
+            '"经尿道前列腺电切术,\n'  # row 3: a stray quote (it used to swallow the rows below)
+            "胆囊\x00切除,\n"  # row 4: NUL removed, with a notice
+            "阑尾切除,\n").encode("utf-8")
+    at.file_uploader(key="upload").set_value(("stray.csv", data, "text/csv"))
+    at.text_input(key="batch_name").set_value("stray")
+    rerun(at)
+    at.button[0].click()  # Import
+    rerun(at)
+    assert {m.label: m.value for m in at.metric} == {"Rows read": "4", "Imported": "3", "Rejected": "1",
+                                                     "Notices": "1"}
+    rejected, notices = at.dataframe[0].value, at.dataframe[1].value
+    assert list(rejected.columns) == ["file", "row", "problem"] and list(rejected.row) == [3]
+    assert "unbalanced quote" in rejected.problem[0]
+    assert list(notices.columns) == ["file", "row", "notice"] and list(notices.row) == [4]
+    assert notices.notice[0] == "control character U+0000 removed"
+    assert any("3 mention(s) imported" in s.value for s in at.success)
+    with services.session_scope(db_url) as s:
+        b = next(b for b in services.batches(s) if b["name"] == "stray")
+        assert [(m["source_row"], m["text"]) for m in services.mentions(s, b["id"])] == [
+            (2, "右侧腹股沟斜疝无张力修补术"), (4, "胆囊切除"), (5, "阑尾切除")]
+
+
+def test_import_of_a_header_only_file_says_why_nothing_came_in(db_url):
+    at = start()
+    at.switch_page("pages/import_export.py")
+    rerun(at)
+    at.file_uploader(key="upload").set_value(("header.csv", b"mention,terms\n", "text/csv"))
+    rerun(at)
+    at.button[0].click()  # Import
+    rerun(at)
+    assert any("nothing imported: no data rows below the header (row 1)" in e.value for e in at.error)
+    assert {m.label: m.value for m in at.metric}["Rows read"] == "0" and not at.dataframe
+
+
 # ----------------------------------------------------------------------------- restart, escaping, learning
 def test_restart_resumes_at_next_undecided_mention(db_url):
     at = start()
@@ -281,7 +330,7 @@ def test_restart_resumes_at_next_undecided_mention(db_url):
     second = current_id(at)
     sug = suggestion(db_url, second)
     other = next(c.term for c in sug.candidates if c.term not in sug.chosen)
-    at.multiselect(key=f"terms_{second}").set_value([other])
+    box(at, second).set_value([other])
     at.button(key=f"save_{second}").click()
     rerun(at)
     third = current_id(at)
@@ -324,14 +373,14 @@ def test_correction_changes_the_suggestion_for_the_same_mention(db_url):
     first = current_id(at)
     sug = suggestion(db_url, first)
     other = next(c.term for c in sug.candidates if c.term not in sug.chosen)
-    at.multiselect(key=f"terms_{first}").set_value([other])
+    box(at, first).set_value([other])
     at.button(key=f"save_{first}").click()
     rerun(at)
     second = current_id(at)
     assert second != first and latest(db_url, second)["text"] == text
     # prepared before the correction, recomputed before being shown
     assert suggestion(db_url, second).chosen == [other]
-    assert at.multiselect(key=f"terms_{second}").value == [other]
+    assert box(at, second).value == [other]
     assert any(other in m.value and "Suggested" in m.value for m in at.markdown)
 
 
@@ -371,7 +420,7 @@ def test_new_coder_codes_twenty_mentions_exports_restarts_and_finds_them_all(db_
         sug = suggestion(db_url, mid)
         if i % 3 == 2:  # every third one corrected to the second candidate, the others accepted
             other = next(c.term for c in sug.candidates if c.term not in sug.chosen)
-            at.multiselect(key=f"terms_{mid}").set_value([other])
+            box(at, mid).set_value([other])
             at.button(key=f"save_{mid}").click()
             coded.append((mid, "correct", [other]))
         else:
@@ -391,3 +440,56 @@ def test_new_coder_codes_twenty_mentions_exports_restarts_and_finds_them_all(db_
         df = services.decisions_frame(s, batch)
         assert services.batch_progress(s, batch)[0] == 20
     assert [(r.mention_id, r.action, list(r.terms)) for r in df.itertuples()] == coded
+
+
+# ----------------------------------------------------------------------------- vocabulary search (issue 22, item 5)
+def test_vocabulary_page_finds_the_leaves_under_a_typed_code_prefix(db_url):
+    at = start()
+    at.switch_page("pages/vocabulary_browser.py")
+    rerun(at)
+    at.text_input(key="vocab_q").set_value("06.31")
+    rerun(at)
+    results = at.dataframe[0].value
+    assert list(results.term) == ["甲状腺病损切除术", "腔镜下甲状腺病损切除术"]
+    assert list(results.code) == ["06.3100", "06.3101"] and set(results["found as"]) == {"code prefix"}
+    at.text_input(key="vocab_q").set_value("06.3199")  # no such code: the codes under 06.31, said so
+    rerun(at)
+    assert any(c.value == "no code 06.3199; codes under 06.31" for c in at.caption)
+    assert list(at.dataframe[0].value.term[:2]) == ["甲状腺病损切除术", "腔镜下甲状腺病损切除术"]
+
+
+def test_an_abbreviation_taught_on_the_vocabulary_page_is_found_on_the_coding_page(db_url):
+    from db import abbreviations
+
+    at = start()
+    at.switch_page("pages/vocabulary_browser.py")
+    rerun(at)
+    at.text_input(key="abbr_text").set_value("CBDE")
+    at.text_input(key="abbr_expansion").set_value("胆总管探查术")
+    at.button(key="abbr_teach").click()
+    rerun(at)
+    with services.session_scope(db_url) as s:
+        vid = services.vocabulary_id(s, "demo-procedures")
+        assert abbreviations.abbreviations(s, vid) == [("CBDE", "胆总管探查术")]
+        assert services.audit_frame(s).action.iloc[0] == "add_abbreviation"
+    table = at.dataframe[-1].value  # every abbreviation the search knows: the taught one and the demo list
+    assert ((table.abbreviation == "CBDE") & (table.added_by == "coder")).sum() == 1
+    assert (table.source == "list").sum() == 60
+    at.switch_page("pages/coding_queue.py")
+    rerun(at)
+    mid = current_id(at)
+    at.text_input(key=f"q_{mid}").set_value("cbde")
+    rerun(at)
+    tags = [m.value for m in at.markdown if "abbreviation → 胆总管探查术" in m.value]
+    assert tags and '<b title="exported code">51.5100</b>' in tags[0]  # the first result, with its code
+    at.button(key=f"pick_{mid}_0").click()
+    rerun(at)
+    assert "胆总管探查术" in box(at, mid).value
+    # a restarted app replays it from the database
+    st.cache_resource.clear()
+    services.dispose(db_url)
+    at2 = start()
+    mid = current_id(at2)
+    at2.text_input(key=f"q_{mid}").set_value("CBDE")
+    rerun(at2)
+    assert any("abbreviation → 胆总管探查术" in m.value for m in at2.markdown)

@@ -1,0 +1,120 @@
+"""Editions (lead): bring in a new edition of the vocabulary and see which mappings it broke.
+
+Top to bottom: the edition in force and the code system URI written into
+exports; the editions imported so far with what each changed; the upload of a
+new edition (db.editions.import_edition: added / retired / renamed / code
+changed, and every decision pointing at a retired or re-coded term sent to the
+re-review queue with the reason); the changes of the chosen edition, name by
+name. Coders meet the re-review mentions first in their coding queue; leads
+follow them on the Review page (status needs_rereview).
+"""
+
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from db import editions, services
+from pages import _ui
+from termnorm.errors import DataFormatError
+from termnorm.io import load_vocabulary
+
+ctx = _ui.page("lead")
+if ctx.vocabulary_id is None:
+    st.info("No vocabulary yet.")
+    st.stop()
+
+with _ui.session() as s:
+    vocab = next(v for v in services.vocabularies(s) if v["id"] == ctx.vocabulary_id)
+    history = editions.editions(s, ctx.vocabulary_id)
+
+current = history[-1] if history else None
+st.markdown(f"### Editions · {_ui.esc(vocab['name'])}")
+st.write(f"Edition in force: **{vocab['edition']}**" + (f" ({current['label']})" if current and current["label"]
+                                                         else "") + f" · {vocab['n_terms']} terms")
+
+
+# ---------------------------------------------------------------- code system URI
+def on_uri() -> None:
+    try:
+        with _ui.session() as s:
+            services.set_system_uri(s, ctx.vocabulary_id, st.session_state.get("ed_uri", ""), ctx.username)
+    except (ValueError, PermissionError) as e:
+        _ui.flash("error", f"Not changed: {e}")
+        return
+    _ui.flash("toast", "Code system URI saved")
+
+
+u = st.columns([4, 1], vertical_alignment="bottom")
+u[0].text_input("Code system URI written into exports (FHIR group.target)", value=vocab["system_uri"],
+                key="ed_uri", placeholder=services.code_system(vocab["name"]),
+                help="e.g. http://hl7.org/fhir/sid/icd-10-cn for an official edition; left empty, a "
+                     "urn:termnorm:vocabulary: URI is used (no official system is claimed for a local edition)")
+u[1].button("Save URI", on_click=on_uri, key="ed_uri_save", width="stretch")
+
+# ---------------------------------------------------------------- the editions so far
+if history:
+    st.dataframe(pd.DataFrame([{
+        "edition": e["number"], "label": e["label"], "file": e["source_file"], "imported": e["imported_at"],
+        "by": e["imported_by"], **{k: e["counts"].get(k, 0) for k in
+                                   ("added", "retired", "renamed", "code_changed", "rereview")}}
+        for e in reversed(history)]), hide_index=True, width="stretch")
+
+
+# ---------------------------------------------------------------- a new edition
+def on_import() -> None:
+    up = st.session_state.get("ed_file")
+    if up is None:
+        _ui.flash("error", "Choose the new edition's file first.")
+        return
+    suffix = Path(up.name).suffix or ".txt"
+    with tempfile.TemporaryDirectory() as tmp:  # the loaders read a path (format sniffed from the name)
+        path = Path(tmp) / f"edition{suffix}"
+        path.write_bytes(up.getvalue())
+        try:
+            new = load_vocabulary(path, name=vocab["name"])
+        except (DataFormatError, ValueError, OSError) as e:
+            _ui.flash("error", f"{up.name}: not imported: {str(e).replace(str(path), up.name)}")
+            return
+    try:
+        with _ui.session() as s:
+            out = editions.import_edition(s, ctx.vocabulary_id, new, st.session_state.get("ed_label", ""),
+                                          ctx.username, source_file=up.name)
+    except (ValueError, PermissionError, KeyError) as e:
+        _ui.flash("error", f"{up.name}: not imported: {e}")
+        return
+    st.session_state["ed_show"] = out["number"]
+    c = out["counts"]
+    _ui.flash("toast", f"Edition {out['number']} in force: {c['added']} added, {c['retired']} retired, "
+                       f"{c['renamed']} renamed, {c['code_changed']} re-coded; {out['rereview']} decision(s) "
+                       "sent to re-review")
+
+
+with st.container(border=True):
+    st.markdown("**Import a new edition** (the file replaces the edition in force; nothing is deleted: retired "
+                "terms stay for the decisions that point at them)")
+    c = st.columns([3, 2, 1], vertical_alignment="bottom")
+    c[0].file_uploader("Vocabulary file (code.txt, xlsx, CSV code,name, ICD tree JSON, MEDIC)",
+                       type=["txt", "tsv", "csv", "xlsx", "json"], key="ed_file")
+    c[1].text_input("Edition label", key="ed_label", placeholder="e.g. v602, 2027")
+    c[2].button("Import", type="primary", on_click=on_import, key="ed_import", width="stretch")
+
+# ---------------------------------------------------------------- what an edition changed
+later = [e for e in history if e["number"] > 1]
+if later:
+    numbers = [e["number"] for e in reversed(later)]
+    pick = st.selectbox("Changes of edition", numbers, key="ed_show",
+                        format_func=lambda n: f"{n}" + next((f" ({e['label']})" for e in later
+                                                            if e["number"] == n and e["label"]), ""))
+    ch = next(e for e in later if e["number"] == pick)["changes"]
+    tabs = st.tabs([f"renamed ({len(ch.get('renamed', []))})", f"retired ({len(ch.get('retired', []))})",
+                    f"code changed ({len(ch.get('code_changed', []))})", f"added ({len(ch.get('added', []))})"])
+    tabs[0].dataframe(pd.DataFrame(ch.get("renamed", []), columns=["old name", "new name"]), hide_index=True,
+                      width="stretch")
+    tabs[1].dataframe(pd.DataFrame({"retired name": ch.get("retired", [])}), hide_index=True, width="stretch")
+    tabs[2].dataframe(pd.DataFrame([(n, ", ".join(o), ", ".join(w)) for n, o, w in ch.get("code_changed", [])],
+                                   columns=["name", "codes before", "codes now"]), hide_index=True, width="stretch")
+    tabs[3].dataframe(pd.DataFrame({"added name": ch.get("added", [])}), hide_index=True, width="stretch")
+    st.caption("Decisions sent to re-review are on the Review page (status needs_rereview) and come first in "
+               "the coding queue.")

@@ -1,0 +1,114 @@
+"""Review (lead): approve the coders' decisions or send them back, one by one or a filtered set at once.
+
+Top to bottom: the filters (batch, coder, mapping status, confidence of the
+suggestion answered), the decisions they select with their codes,
+relationship and status, then the actions: approve the chosen ones, approve
+every decision shown, or send the chosen ones back with a note the coder reads
+on the coding page. db.review checks the lead role again and refuses
+approving one's own decision unless an admin allowed it (Users page).
+"""
+
+import pandas as pd
+import streamlit as st
+
+from db import review, services
+from db.models import REVIEW_STATUSES
+from pages import _ui
+
+ctx = _ui.page("lead")
+if ctx.vocabulary_id is None:
+    st.info("No vocabulary yet.")
+    st.stop()
+
+with _ui.session() as s:
+    batch_list = services.batches(s, ctx.vocabulary_id)
+    everything = review.review_frame(s, vocabulary_id=ctx.vocabulary_id)
+    self_ok = bool(review.setting(s, review.SELF_APPROVAL, False))
+
+st.markdown("### Review")
+st.caption("Every decision has a mapping status: **unchecked** (a coder's, not reviewed), **approved**, "
+           "**flagged** (a coder asked a lead), **auto** (auto-coded), **needs_rereview** (sent back, or its "
+           "term was retired or re-coded by a new vocabulary edition). "
+           + ("Self-approval is allowed by an admin." if self_ok else
+              "Nobody approves their own decisions (an admin can allow it on the Users page)."))
+
+# ---------------------------------------------------------------- filters
+batches = {b["id"]: b["name"] for b in batch_list}
+f = st.columns([2, 2, 2, 2])
+batch_pick = f[0].selectbox("Batch", [None] + list(batches), key="rv_batch",
+                            format_func=lambda b: "every batch" if b is None else batches[b])
+coders = f[1].multiselect("Coders", sorted(set(everything["user"])), key="rv_coders", placeholder="every coder")
+statuses = f[2].multiselect("Status", list(REVIEW_STATUSES), default=["unchecked"], key="rv_status",
+                            placeholder="every status")
+low, high = f[3].slider("Confidence of the suggestion", 0.0, 1.0, (0.0, 1.0), 0.05, key="rv_conf")
+with _ui.session() as s:
+    df = review.review_frame(s, vocabulary_id=ctx.vocabulary_id, batch_id=batch_pick, coders=coders,
+                             statuses=statuses, min_confidence=low if low > 0 else None,
+                             max_confidence=high if high < 1 else None)
+
+st.markdown(f"**{len(df)}** decision(s) match.")
+if df.empty:
+    st.stop()
+
+
+def _codes(row) -> str:
+    return " · ".join(f"{t} ({c})" if c else t for t, c in zip(row["terms"], list(row["codes"]) + [""] * 99)) or "—"
+
+
+shown = pd.DataFrame({
+    "#": df["position"], "mention": df["mention"], "action": df["action"],
+    "terms (code exported)": df.apply(_codes, axis=1), "relationship": df["relationship"], "coder": df["user"],
+    "status": df["review_status"], "confidence": df["confidence"], "note": df["review_note"], "batch": df["batch"],
+    "edition": df["edition"]})
+st.dataframe(shown, hide_index=True, width="stretch", height=min(38 + 35 * len(shown), 420),
+             column_config={"confidence": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0,
+                                                                          format="%.2f")})
+
+labels = {int(r["decision_id"]): f"#{r['position']} {r['mention']} → {_codes(r)} ({r['user']})"
+          for r in df.to_dict(orient="records")}
+ids = list(labels)
+
+
+# ---------------------------------------------------------------- actions
+def _report(what: str, out: dict, key: str) -> None:
+    done = out.get(key, [])
+    _ui.flash("toast", f"{len(done)} decision(s) {what}")
+    if out.get("refused"):
+        reasons = {}
+        for _, why in out["refused"]:
+            reasons[why] = reasons.get(why, 0) + 1
+        _ui.flash("error", f"{len(out['refused'])} refused: " + "; ".join(f"{n} × {w}" for w, n in reasons.items()))
+
+
+def on_approve(decision_ids: list[int]) -> None:
+    try:
+        with _ui.session() as s:
+            out = review.approve(s, decision_ids, ctx.username)
+    except PermissionError as e:
+        _ui.flash("error", str(e))
+        return
+    st.session_state["rv_pick"] = []
+    _report("approved", out, "approved")
+
+
+def on_send_back(decision_ids: list[int]) -> None:
+    try:
+        with _ui.session() as s:
+            out = review.send_back(s, decision_ids, ctx.username, st.session_state.get("rv_note", ""))
+    except (ValueError, PermissionError) as e:
+        _ui.flash("error", f"Not sent back: {e}")
+        return
+    st.session_state["rv_pick"] = []
+    _report("sent back to the coders", out, "sent_back")
+
+
+picked = st.multiselect("Decisions to act on", ids, format_func=labels.get, key="rv_pick",
+                        placeholder="choose decisions, or approve every one shown")
+a = st.columns([1.4, 2, 3, 1.4], vertical_alignment="bottom")
+a[0].button("Approve chosen", type="primary", disabled=not picked, on_click=on_approve, args=(list(picked),),
+            key="rv_approve")
+a[1].button(f"Approve all {len(ids)} shown", on_click=on_approve, args=(ids,), key="rv_approve_all")
+a[2].text_input("Note for the coder", key="rv_note", placeholder="why it goes back (required)")
+a[3].button("Send back chosen", disabled=not picked, on_click=on_send_back, args=(list(picked),), key="rv_back")
+st.caption("Approve all shown approves the filtered set at once; your own decisions (unless an admin allows it), "
+           "flags and skips are refused, each with its reason.")

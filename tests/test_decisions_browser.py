@@ -1,0 +1,254 @@
+"""Decisions in a real browser: `streamlit run app.py` driven by Playwright in Debian's Chromium (no browser download).
+
+What a coder and a lead do with the mouse and the keyboard, checked in the database rows it writes:
+
+* **late clicks never land on the wrong mention** -- Accept, then the ``A`` key pressed again and again while the
+  next mention is being drawn: Streamlit keeps the previous mention's buttons (and their shortcuts) live for a
+  moment, and each of those presses used to write a second ``accept`` on the mention already decided. Every
+  mention must end with at most one decision, and the page says a late click was ignored;
+* **Clear the box, then Save at once** saves nothing (an empty box), never the engine's terms;
+* **the relationship set with one key** (``3`` = the mention is broader than its term) and **the exported code
+  switched with one click** (the category ``06.4`` instead of the leaf ``06.4x00``) are what the decision stores;
+* **the lead's review queue**: the Review page shows the coder's decisions, "Approve all shown" approves them.
+
+With ``TERMNORM_SCREENSHOTS=1`` the screenshots go to ``benchmarks/results/``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import test_browser as tb  # start_streamlit, _free_port, _wait_http, _stop
+
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = tb.CHROMIUM
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+
+
+def _need_browser():
+    """Playwright (PyPI) driving Debian's Chromium; under CI=true a missing piece fails instead of skipping."""
+    missing = [] if Path(CHROMIUM).exists() else [f"{CHROMIUM} (Debian package chromium)"]
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        missing.append("the playwright package")
+        sync_playwright = None
+    if missing:
+        if os.environ.get("CI") == "true":
+            pytest.fail("browser test needs " + " and ".join(missing))
+        pytest.skip("browser test needs " + " and ".join(missing))
+    return sync_playwright
+
+
+@pytest.fixture
+def app(tmp_path):
+    """Demo data, a coder's and a lead's name, one small batch with a two-code term; the app on a free port."""
+    from db import services
+    from pages import _ui
+
+    url = f"sqlite:///{tmp_path / 'decisions.sqlite3'}"
+    services.init_db(url)
+    with services.session_scope(url) as s:
+        _ui.seed_demo(s)
+        services.ensure_user(s, "lead", role="lead")  # no password: with TERMNORM_AUTH=off the typed name signs in
+        vid = services.vocabulary_id(s, "demo-procedures")
+        codes_batch = services.create_batch(s, "two codes", vid, ["甲状腺全部切除", "胆囊切除"])
+    services.dispose(url)
+    port = tb._free_port()
+    env = dict(os.environ, TERMNORM_DB_URL=url, TERMNORM_AUTH="off")
+    proc = tb.start_streamlit(port, env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        tb._wait_http(f"http://127.0.0.1:{port}/_stcore/health", 30)
+        yield {"base": f"http://127.0.0.1:{port}", "url": url, "codes_batch": codes_batch}
+    finally:
+        tb._stop(proc)
+        services.dispose(url)
+
+
+@pytest.fixture
+def page():
+    sync_playwright = _need_browser()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        pg = browser.new_page(viewport={"width": 1400, "height": 1600})
+        pg.set_default_timeout(60_000)
+        yield pg
+        browser.close()
+
+
+def settle(pg) -> None:
+    """Until Streamlit has finished the run: no running-status widget, no element marked stale."""
+    idle = ("!document.querySelector('[data-testid=\"stStatusWidget\"]') && "
+            "!document.querySelector('[data-stale=\"true\"]')")
+    for _ in range(20):  # idle twice, 0.5 s apart: a run requested by the last key press has begun by then
+        pg.wait_for_function(idle)
+        pg.wait_for_timeout(500)
+        if pg.evaluate(idle):
+            return
+
+
+def button(pg, key: str):
+    """The button keyed ``key`` once Streamlit has dropped any copy of it from the run before."""
+    loc = pg.locator(f".st-key-{key} button[data-testid^='stBaseButton']")
+    pg.wait_for_function(f"document.querySelectorAll(\".st-key-{key} button[data-testid^='stBaseButton']\").length === 1")
+    return loc
+
+
+def on_screen(pg) -> int:
+    """The id of the mention on screen (its terms box is keyed terms_<id>)."""
+    cls = pg.locator("[class*='st-key-terms_']").first.get_attribute("class")
+    return int(re.search(r"st-key-terms_(\d+)", cls).group(1))
+
+
+def decisions(url: str) -> list[dict]:
+    from db import services
+
+    with services.session_scope(url) as s:
+        return services.decisions_frame(s, history=True).to_dict(orient="records")
+
+
+def shot(pg, tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    pg.screenshot(path=str(path), full_page=True)
+    assert path.stat().st_size > 20_000
+    if os.environ.get("TERMNORM_SCREENSHOTS") == "1":
+        shutil.copyfile(path, REPO / "benchmarks" / "results" / name)
+
+
+def test_late_clicks_and_keys_never_decide_another_mention(app, page, tmp_path):
+    page.goto(app["base"] + "/")
+    page.wait_for_selector("table.tn-cands")
+    settle(page)
+    first = on_screen(page)
+    for _ in range(3):  # three rounds: Accept, then the A key hammered while the next mention is drawn
+        button(page, f"accept_{on_screen(page)}").click()
+        for _ in range(6):
+            page.keyboard.press("a")
+            page.wait_for_timeout(60)
+        settle(page)
+    rows = decisions(app["url"])
+    per_mention = {}
+    for r in rows:
+        per_mention.setdefault(r["mention_id"], []).append(r["action"])
+    assert rows and first in per_mention
+    assert all(len(a) == 1 for a in per_mention.values()), per_mention  # nothing decided twice
+    assert all(a == ["accept"] for a in per_mention.values())
+    assert len(per_mention) >= 3  # the burst did decide the mentions that were on screen
+    assert on_screen(page) not in per_mention  # the mention on screen now is undecided
+
+    # Clear the box, then Save at once: an empty box, so nothing is saved (never the engine's terms)
+    current = on_screen(page)
+    button(page, f"clear_{current}").click()
+    button(page, f"save_{current}").click()
+    settle(page)
+    assert current not in {r["mention_id"] for r in decisions(app["url"])}
+    assert on_screen(page) == current
+    shot(page, tmp_path, "coding_late_clicks.png")
+
+
+def test_relationship_by_key_and_code_switch_by_click(app, page, tmp_path):
+    page.goto(f"{app['base']}/?batch={app['codes_batch']}")
+    page.wait_for_selector("table.tn-cands")
+    settle(page)
+    mid = on_screen(page)
+    assert "甲状腺全部切除术" in page.locator("[class*='st-key-terms_']").first.inner_text()
+    switch = page.locator(f"[class*='st-key-code_{mid}_']")
+    # the leaf is exported by default; one click: the category code
+    assert switch.locator("[role=radio][aria-checked=true]").inner_text() == "06.4x00 · leaf"
+    switch.locator("[role=radio]", has_text="06.4 · category").click()
+    settle(page)
+    assert switch.locator("[role=radio][aria-checked=true]").inner_text() == "06.4 · category"
+    # one key: the relationship (3 = the mention is broader than its term)
+    page.evaluate("document.activeElement && document.activeElement.blur()")  # no input focused: shortcuts apply
+    page.keyboard.press("3")
+    settle(page)
+    assert button(page, f"rel_source-is-broader-than-target_{mid}").get_attribute("data-testid") == \
+        "stBaseButton-primary"
+    shot(page, tmp_path, "coding_relationship_code.png")
+    page.keyboard.press("s")
+    settle(page)
+    d = next(r for r in decisions(app["url"]) if r["mention_id"] == mid)
+    assert d["terms"] == ["甲状腺全部切除术"] and d["codes"] == ["06.4"]
+    assert d["relationship"] == "source-is-broader-than-target" and d["review_status"] == "unchecked"
+
+
+def test_lead_approves_the_shown_decisions(app, page, tmp_path):
+    from db import services
+
+    with services.session_scope(app["url"]) as s:
+        bid = next(b["id"] for b in services.batches(s) if b["name"] == "demo procedures")
+        for m in services.mentions(s, bid)[:4]:
+            sug = services.latest_suggestion(s, m["id"])
+            if sug is None:
+                from pages import _ui
+
+                holder = _ui.build_holder(app["url"], services.vocabulary_id(s, "demo-procedures"))
+                sug = holder.suggest_and_store(s, [m["id"]], [m["text"]])[0]
+            services.record_decision(s, m["id"], "coder", "accept")
+    page.goto(app["base"] + "/")
+    page.wait_for_selector("table.tn-cands")
+    name = page.get_by_label("Your name")
+    name.fill("lead")
+    name.press("Enter")
+    settle(page)
+    page.get_by_role("link", name="Review").click()  # in the same session: a new page load forgets the typed name
+    page.wait_for_selector("text=decision(s) match")
+    settle(page)
+    assert "4" in page.locator("text=decision(s) match").first.inner_text()
+    shot(page, tmp_path, "review_page.png")
+    approve = button(page, "rv_approve_all")
+    assert approve.inner_text() == "Approve all 4 shown"
+    approve.click()
+    settle(page)
+    rows = [r for r in decisions(app["url"]) if r["is_latest"]]
+    assert [r["review_status"] for r in rows] == ["approved"] * 4
+    assert {r["reviewed_by"] for r in rows} == {"lead"}
+    assert page.locator("text=0 decision(s) match").count() == 1  # the unchecked filter is empty now
+
+
+def test_lead_uploads_a_new_edition_and_the_coder_meets_the_rereview_first(app, page, tmp_path):
+    """The Editions page's upload (AppTest cannot upload files): one term retired, one renamed."""
+    from db import services
+
+    with services.session_scope(app["url"]) as s:
+        vid = services.vocabulary_id(s, "demo-procedures")
+        vocab = services.vocabulary_from_db(s, vid)
+        mids = [m["id"] for m in services.mentions(s, app["codes_batch"])]
+        holder = __import__("pages._ui", fromlist=["_ui"]).build_holder(app["url"], vid)
+        sugs = holder.suggest_and_store(s, mids, ["甲状腺全部切除", "胆囊切除"])
+        for mid in mids:
+            services.record_decision(s, mid, "coder", "accept")
+    retired, renamed = sugs[0].chosen[0], sugs[1].chosen[0]
+    lines = ["code,name"] + [f"{c},{n + '（2027）' if n == renamed else n}" for n in vocab.names if n != retired
+                             for c in vocab.codes[n]]
+    edition = tmp_path / "procedures-2027.csv"
+    edition.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    page.goto(app["base"] + "/")
+    page.wait_for_selector("table.tn-cands")
+    name = page.get_by_label("Your name")
+    name.fill("lead")
+    name.press("Enter")
+    settle(page)
+    page.get_by_role("link", name="Editions").click()
+    page.wait_for_selector("text=Import a new edition")
+    page.locator("input[type=file]").set_input_files(str(edition))
+    page.get_by_label("Edition label").fill("2027")
+    page.get_by_label("Edition label").press("Enter")
+    settle(page)
+    button(page, "ed_import").click()
+    page.wait_for_selector("text=Edition in force: 2")
+    settle(page)
+    shot(page, tmp_path, "editions_page.png")
+    with services.session_scope(app["url"]) as s:
+        assert [m["status"] for m in services.mentions(s, app["codes_batch"])] == ["rereview", "rereview"]
+        reasons = [services.mention(s, m)["decision"]["review_note"] for m in mids]
+    assert f"{retired} was retired in edition 2 (2027)" in reasons[0]
+    assert f"{renamed} was renamed {renamed}（2027） in edition 2 (2027)" in reasons[1]

@@ -1,0 +1,220 @@
+"""The Review, Editions and coding pages' new controls with AppTest, signed in for real (bcrypt accounts), on a real
+SQLite file: relationship by key and code switch on the coding page; the lead's review queue (filters, approve
+chosen, bulk approve, send back with a note, no self-approval, the admin's switch); a new vocabulary edition
+uploaded on the Editions page sends exactly the broken decisions to re-review, which the coder meets first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from db import auth, services
+from termnorm.engine import demo_mentions, demo_vocabulary
+
+REPO = Path(__file__).resolve().parents[1]
+APP = str(REPO / "app.py")
+TIMEOUT = 90
+
+
+@pytest.fixture
+def team(tmp_path, monkeypatch):
+    url = f"sqlite:///{tmp_path / 'team.sqlite3'}"
+    monkeypatch.setenv("TERMNORM_DB_URL", url)
+    monkeypatch.delenv("TERMNORM_AUTH", raising=False)  # sign-in on, as deployed
+    monkeypatch.setenv("TERMNORM_BCRYPT_ROUNDS", "4")
+    services.init_db(url)
+    with services.session_scope(url) as s:
+        vid = services.load_vocabulary(s, demo_vocabulary("procedures"), "demo-procedures")
+        bid = services.create_batch(s, "demo procedures", vid, [m.text for m in demo_mentions("procedures")][:12])
+        auth.create_admin(s, "root", "root-password")
+        for name, role in (("lead1", "lead"), ("zhang", "coder"), ("liu", "coder")):
+            auth.create_user(s, "root", name, f"{name}-password", role)
+    yield {"url": url, "vid": vid, "bid": bid}
+    services.dispose(url)
+
+
+def run(at: AppTest) -> AppTest:
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def app_as(user: str, page: str | None = None) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.session_state["auth_user"] = user
+    run(at)
+    if page:
+        at.switch_page(f"pages/{page}")
+        run(at)
+    return at
+
+
+def page_as(user: str, page: str) -> AppTest:
+    at = AppTest.from_file(str(REPO / "pages" / page), default_timeout=TIMEOUT)
+    at.session_state["auth_user"] = user
+    return run(at)
+
+
+def on_screen(at: AppTest) -> int:
+    keys = [w.key for w in at.multiselect if w.key and w.key.startswith("terms_")]
+    assert len(keys) == 1, keys
+    return int(keys[0].split("_")[1])
+
+
+def code_as(url: str, user: str, n: int) -> list[int]:
+    """``user`` accepts the engine's answer for the next ``n`` mentions on the coding page."""
+    at = app_as(user)
+    done = []
+    for _ in range(n):
+        mid = on_screen(at)
+        at.button(key=f"accept_{mid}").click()
+        run(at)
+        done.append(mid)
+    return done
+
+
+def latest(url: str, mid: int) -> dict:
+    with services.session_scope(url) as s:
+        return services.mention(s, mid)["decision"]
+
+
+def test_relationship_key_and_code_switch_are_saved(team):
+    with services.session_scope(team["url"]) as s:
+        bid = services.create_batch(s, "two codes", team["vid"], ["甲状腺全部切除", "胆囊切除"])
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.session_state["auth_user"] = "zhang"
+    at.session_state["batch_id"] = bid
+    run(at)
+    mid = on_screen(at)
+    assert at.multiselect(key=f"terms_{mid}").value == ["甲状腺全部切除术"]
+    switch = next(w for w in at.get("button_group") if w.key and w.key.startswith(f"code_{mid}_"))
+    assert switch.value == "06.4x00"  # the leaf by default
+    switch.set_value("06.4")
+    run(at)
+    at.button(key=f"rel_source-is-narrower-than-target_{mid}").click()  # the "2" key
+    run(at)
+    at.button(key=f"save_{mid}").click()
+    run(at)
+    d = latest(team["url"], mid)
+    assert (d["action"], d["terms"], d["codes"]) == ("accept", ["甲状腺全部切除术"], ["06.4"])
+    assert d["relationship"] == "source-is-narrower-than-target"
+    # the next mention starts from the default again (equivalent for one term)
+    nxt = on_screen(at)
+    at.button(key=f"accept_{nxt}").click()
+    run(at)
+    d = latest(team["url"], nxt)
+    assert d["relationship"] == "equivalent" and d["codes"] == [d["codes"][0]] and d["codes"][0]
+
+
+def test_review_queue_filters_approves_sends_back_and_refuses_self_approval(team):
+    url = team["url"]
+    zhang = code_as(url, "zhang", 3)
+    liu = code_as(url, "liu", 2)
+    lead = code_as(url, "lead1", 1)
+    at = app_as("lead1", "review.py")
+    assert "**6** decision(s) match." in [m.value for m in at.markdown]
+    at.multiselect(key="rv_coders").set_value(["zhang"])
+    run(at)
+    assert "**3** decision(s) match." in [m.value for m in at.markdown]
+    # approve one chosen decision of zhang's
+    assert len(at.multiselect(key="rv_pick").options) == 3
+    ids = {m: latest(url, m)["id"] for m in zhang + liu + lead}
+    at.multiselect(key="rv_pick").set_value([ids[zhang[0]]])
+    run(at)
+    at.button(key="rv_approve").click()
+    run(at)
+    assert [latest(url, m)["review_status"] for m in zhang] == ["approved", "unchecked", "unchecked"]
+    # send one back: a note is required, then the mention goes back to the coders, first in the queue
+    at.multiselect(key="rv_pick").set_value([ids[zhang[1]]])
+    run(at)
+    at.button(key="rv_back").click()
+    run(at)
+    assert any("Not sent back" in e.value for e in at.error)
+    at.multiselect(key="rv_pick").set_value([ids[zhang[1]]])
+    at.text_input(key="rv_note").set_value("the side is missing")
+    run(at)
+    at.button(key="rv_back").click()
+    run(at)
+    back = [m for m in zhang if latest(url, m)["review_status"] == "needs_rereview"]
+    assert back == [zhang[1]] and "the side is missing" in latest(url, back[0])["review_note"]
+    # bulk approve of every coder: the lead's own decision is refused with its reason
+    at.multiselect(key="rv_coders").set_value([])
+    run(at)
+    at.button(key="rv_approve_all").click()
+    run(at)
+    assert any("your own decision" in e.value for e in at.error)
+    assert latest(url, lead[0])["review_status"] == "unchecked"
+    assert all(latest(url, m)["review_status"] == "approved" for m in liu)
+    # the admin allows self-approval on the Users page; now the lead's own decision can be approved
+    admin = page_as("root", "admin_users.py")  # the page alone: landing on the coding queue would claim a mention
+    admin.toggle(key="au_self_approval").set_value(True)
+    run(admin)
+    at = app_as("lead1", "review.py")
+    at.button(key="rv_approve_all").click()
+    run(at)
+    assert latest(url, lead[0])["review_status"] == "approved"
+    # the coder meets the sent-back mention first, with the lead's note
+    with services.session_scope(url) as s:
+        assert services.mention(s, back[0])["status"] == "rereview", services.mention(s, back[0])
+    coder = app_as("zhang")
+    held = on_screen(coder)  # the mention zhang's screen held: it stays until decided
+    assert held not in zhang
+    coder.button(key=f"accept_{held}").click()
+    run(coder)
+    assert on_screen(coder) == back[0]
+    assert any("the side is missing" in w.value for w in coder.warning)
+
+
+def test_a_coder_cannot_open_the_review_or_editions_page(team):
+    for page in ("review.py", "editions.py"):
+        at = page_as("zhang", page)
+        assert any("lead role" in e.value for e in at.error)
+
+
+def test_a_new_edition_uploaded_on_the_editions_page_sends_the_broken_decisions_to_rereview(team, tmp_path):
+    url = team["url"]
+    done = code_as(url, "zhang", 4)
+    with services.session_scope(url) as s:
+        terms = [latest(url, m)["terms"][0] for m in done]
+        vocab = services.vocabulary_from_db(s, team["vid"])
+    retired, renamed = terms[0], terms[1]
+    keep = [t for t in terms[2:] if t not in (retired, renamed)]
+    lines = ["code,name"]
+    for name in vocab.names:
+        if name == retired:
+            continue
+        for code in vocab.codes[name]:
+            lines.append(f"{code},{name + '（新名）' if name == renamed else name}")
+    new_file = tmp_path / "procedures-2027.csv"
+    new_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    # AppTest cannot upload a file: the upload itself is driven in tests/test_decisions_browser.py; here the
+    # import is the call the page makes with the uploaded file
+    from db import editions
+    from termnorm.io import load_vocabulary
+
+    with services.session_scope(url) as s:
+        out = editions.import_edition(s, team["vid"], load_vocabulary(new_file, name="demo-procedures"), "2027",
+                                      "lead1", source_file=new_file.name)
+    assert out["counts"]["retired"] == 1 and out["counts"]["renamed"] == 1 and out["rereview"] == \
+        sum(1 for t in terms if t in (retired, renamed))
+    at = app_as("lead1", "editions.py")
+    assert any("Edition in force: **2**" in m.value for m in at.markdown)
+    tables = [t.value for t in at.dataframe]
+    assert any("renamed" in df.columns and list(df["renamed"])[0] == 1 for df in tables)
+    # the coder meets the re-review mentions first, with the reason, and suggestions of edition 2
+    coder = app_as("zhang")
+    held = on_screen(coder)  # the mention zhang's screen held when the edition came: it stays until decided
+    assert held not in done
+    coder.button(key=f"accept_{held}").click()
+    run(coder)
+    first = on_screen(coder)
+    assert first in done[:2] and any("retired in edition 2" in w.value or "renamed" in w.value
+                                      for w in coder.warning)
+    options = coder.multiselect(key=f"terms_{first}").options
+    assert retired not in options and renamed not in options and renamed + "（新名）" in options
+    # the decisions that kept their term are untouched
+    assert all(latest(url, m)["review_status"] == "unchecked" for m, t in zip(done, terms) if t in keep)
