@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import streamlit as st
 
-from db import abbreviations, auth, services
-from termnorm.engine import PRETRAINED, Engine, demo_mentions, demo_vocabulary
+from db import auth, serving, services
+from termnorm.engine import Engine, demo_mentions, demo_vocabulary
 from termnorm.records import KEYWORD_KINDS, Candidate, KeywordSpan, Suggestion
 from termnorm.text.normalize import normalize
 
@@ -340,54 +340,14 @@ class EngineHolder:
             return self.engine.search_vocabulary(query, limit=limit)
 
 
-def _registry(s, vocabulary_id: int):
-    from termnorm.registry import Registry
-
-    name = next((v["name"] for v in services.vocabularies(s) if v["id"] == vocabulary_id), None)
-    return Registry.for_vocabulary(name) if name else None
-
-
 def current_model_version(url: str, vocabulary_id: int) -> str | None:
-    """The promoted model version of a vocabulary (None: the untrained lexical pipeline)."""
-    with services.session_scope(url) as s:
-        reg = _registry(s, vocabulary_id)
-    return reg.current_version() if reg is not None else None
+    """The promoted model version of a vocabulary (None: the shipped model serves)."""
+    return serving.serving_version(url, vocabulary_id)
 
 
 def build_holder(url: str, vocabulary_id: int, version: str | None = None, edition: int | None = None) -> EngineHolder:
-    """Engine of a stored vocabulary, fed with the coded mentions and user synonyms of the database.
-
-    With a promoted model version in the registry (Training page), that trained
-    pipeline is loaded and the database's decisions are replayed into its sieve
-    and history, so nothing coded since it was trained is lost -- unless a newer
-    vocabulary edition has come in since it was trained (its terms differ from
-    the edition in force): then the untrained pipeline of the new edition
-    serves until a retraining, rather than a model that suggests retired terms.
-    """
-    with services.session_scope(url) as s:
-        history = services.coded_mentions(s, vocabulary_id)
-        synonyms = services.user_synonyms(s, vocabulary_id)
-        reg = _registry(s, vocabulary_id) if version else None
-        vocab = services.vocabulary_from_db(s, vocabulary_id)
-    engine = reg.load(version) if reg is not None else None
-    if engine is not None and set(engine.vocabulary.names) != set(vocab.names):
-        engine = None  # trained on another edition of the vocabulary
-    if engine is None:
-        engine = Engine(vocab, history=history)
-        demo = vocab.name.removeprefix("demo-")
-        if vocab.name.startswith("demo-") and demo in PRETRAINED:
-            engine.use_pretrained_ranker(PRETRAINED[demo])  # ranker fitted on public data of the domain
-    else:
-        known = {normalize(m.text): list(m.terms) for m in engine.history}
-        for m in history:
-            if known.get(normalize(m.text)) != list(m.terms):
-                engine.add_coded_mention(m.text, m.terms)
-    for term, syn in synonyms:  # already in the vocabulary; this also puts them in the sieve
-        if term in engine.vocabulary:
-            engine.add_synonym(term, syn)
-    engine.use_demo_abbreviations()  # the demo list (assets/demo/abbreviations.json); nothing for other vocabularies
-    engine.add_abbreviations(abbreviations.for_engine(url, vocabulary_id))  # taught by coders (Vocabulary page)
-    return EngineHolder(engine, vocabulary_id, edition)
+    """The serving engine of a stored vocabulary (db.serving.build_engine) with what the app needs around it."""
+    return EngineHolder(serving.build_engine(url, vocabulary_id, version), vocabulary_id, edition)
 
 
 @st.cache_resource(show_spinner="Loading the engine for this vocabulary…")
@@ -396,8 +356,7 @@ def engine_holder(url: str, vocabulary_id: int, version: str | None = None, edit
 
 
 def current_edition(url: str, vocabulary_id: int) -> int | None:
-    with services.session_scope(url) as s:
-        return next((v["edition"] for v in services.vocabularies(s) if v["id"] == vocabulary_id), None)
+    return serving.edition(url, vocabulary_id)
 
 
 def serving_holder(url: str, vocabulary_id: int) -> EngineHolder:

@@ -1,0 +1,84 @@
+"""The engine that serves a vocabulary: the one every page, background job and gate uses.
+
+One function builds it from the database alone (no Streamlit), so the app's
+cached engine (``pages/_ui.py``), a background job in its own process
+(pre-computing suggestions, re-scoring after a promotion) and the retraining
+gate all suggest with the same model:
+
+* the **promoted version** of the vocabulary's registry lineage
+  (termnorm.registry), with the database's decisions replayed into its sieve
+  and history, so nothing coded since it was trained is lost -- unless a newer
+  vocabulary edition has come in since it was trained (its terms differ from
+  the edition in force);
+* else the **shipped model**: the lexical pipeline over the vocabulary and the
+  coded history, with the cold-start ranker fitted on public data of its
+  domain for the demo vocabularies (``termnorm.engine.PRETRAINED``).
+
+User synonyms, the demo abbreviation list and coders' abbreviations are added
+to either.
+"""
+
+from __future__ import annotations
+
+from db import abbreviations, services
+from termnorm.engine import PRETRAINED, Engine
+from termnorm.text.normalize import normalize
+
+
+def vocabulary_name(s, vocabulary_id: int) -> str | None:
+    return next((v["name"] for v in services.vocabularies(s) if v["id"] == vocabulary_id), None)
+
+
+def registry(s, vocabulary_id: int, root=None):
+    """The vocabulary's registry lineage (None for an unknown vocabulary)."""
+    from termnorm.registry import Registry
+
+    name = vocabulary_name(s, vocabulary_id)
+    return Registry.for_vocabulary(name, root) if name else None
+
+
+def serving_version(url: str | None, vocabulary_id: int, root=None) -> str | None:
+    """The promoted model version of a vocabulary (None: the shipped model serves)."""
+    with services.session_scope(url) as s:
+        reg = registry(s, vocabulary_id, root)
+    return reg.current_version() if reg is not None else None
+
+
+def edition(url: str | None, vocabulary_id: int) -> int | None:
+    """The vocabulary's edition in force."""
+    with services.session_scope(url) as s:
+        return next((v["edition"] for v in services.vocabularies(s) if v["id"] == vocabulary_id), None)
+
+
+def shipped_engine(vocab, history) -> Engine:
+    """The model a vocabulary has before any retraining: the lexical pipeline (+ the demo cold-start ranker)."""
+    engine = Engine(vocab, history=history)
+    demo = vocab.name.removeprefix("demo-")
+    if vocab.name.startswith("demo-") and demo in PRETRAINED:
+        engine.use_pretrained_ranker(PRETRAINED[demo])  # ranker fitted on public data of the domain
+    return engine
+
+
+def build_engine(url: str | None, vocabulary_id: int, version: str | None = None, root=None) -> Engine:
+    """The engine of ``version`` (None: the shipped model) for a stored vocabulary, fed with the database."""
+    with services.session_scope(url) as s:
+        history = services.coded_mentions(s, vocabulary_id)
+        synonyms = services.user_synonyms(s, vocabulary_id)
+        reg = registry(s, vocabulary_id, root) if version else None
+        vocab = services.vocabulary_from_db(s, vocabulary_id)
+    engine = reg.load(version) if reg is not None else None
+    if engine is not None and set(engine.vocabulary.names) != set(vocab.names):
+        engine = None  # trained on another edition of the vocabulary
+    if engine is None:
+        engine = shipped_engine(vocab, history)
+    else:
+        known = {normalize(m.text): list(m.terms) for m in engine.history}
+        for m in history:
+            if known.get(normalize(m.text)) != list(m.terms):
+                engine.add_coded_mention(m.text, m.terms)
+    for term, syn in synonyms:  # already in the vocabulary; this also puts them in the sieve
+        if term in engine.vocabulary:
+            engine.add_synonym(term, syn)
+    engine.use_demo_abbreviations()  # the demo list (assets/demo/abbreviations.json); nothing for other vocabularies
+    engine.add_abbreviations(abbreviations.for_engine(url, vocabulary_id))  # taught by coders (Vocabulary page)
+    return engine
