@@ -581,11 +581,21 @@ def fig_acceptance(numbers: Numbers):
     long["measure"] = long["measure"].map(_SHARE_LABELS).str.replace("top-k", f"top-{k}")
     if x in PERIODS:
         fig = px.line(long, x=x, y="share", color="measure", markers=True, custom_data=["n"])
+        _period_axis(fig, t[x], x)
     else:
         fig = px.bar(long, x=x, y="share", color="measure", barmode="group", custom_data=["n"])
     fig.update_yaxes(range=[0, 1], tickformat=".0%")
     fig.update_layout(title="Acceptance of suggestions", legend_title_text="")
     return _hover(fig, numbers.how, "%{x}: %{y:.1%} of %{customdata[0]} decisions")
+
+
+def _period_axis(fig, periods: pd.Series, period: str) -> None:
+    """Date ticks of whole days / weeks, the axis padded by half a period: with one day of data Plotly's
+    autorange otherwise zooms into that instant and labels its ticks in fractions of a millisecond."""
+    step = pd.Timedelta(days=7 if period == "week" else 1)
+    lo, hi = pd.to_datetime(periods.min()), pd.to_datetime(periods.max())
+    fig.update_xaxes(type="date", range=[lo - step / 2, hi + step / 2], tickformat="%Y-%m-%d",
+                     dtick=step.days * 86_400_000 if (hi - lo) / step <= 14 else None, title_text=period)
 
 
 def fig_model_accuracy(numbers: Numbers, metrics: Sequence[str] = ("accuracy", "micro_f1")):
@@ -605,8 +615,11 @@ def fig_errors_treemap(numbers: Numbers):
     """Treemap chapter → category sized by the number of missed terms."""
     import plotly.express as px
 
-    fig = px.treemap(numbers.table, path=[px.Constant("all"), "chapter", "category"], values="count")
-    fig.update_layout(title="Missed terms by vocabulary chapter")
+    fig = px.treemap(numbers.table, path=[px.Constant("all"), "chapter", "category"], values="count", maxdepth=2)
+    # chapters only at first (a click opens one): two levels of small boxes left no label readable
+    fig.update_traces(texttemplate="<b>%{label}</b><br>%{value} errors", textfont_size=15, root_color="#f3f4f6")
+    fig.update_layout(title="Missed terms by vocabulary chapter (click a chapter for its categories)", height=460,
+                      uniformtext={"minsize": 12, "mode": "hide"}, margin={"t": 50, "l": 5, "r": 5, "b": 5})
     return _hover(fig, numbers.how, "%{label}: %{value} errors")
 
 

@@ -248,3 +248,22 @@ def test_figures_have_the_expected_traces_and_hover():
 
     table = fig_error_examples(error_examples(DECISIONS))
     assert table.data[0].type == "table" and table.layout.meta["how"].startswith("terms vs")
+
+
+def test_a_time_chart_of_one_day_has_day_ticks_and_the_treemap_opens_on_chapters():
+    """Seen in a browser: one day of data gave sub-millisecond ticks; the treemap's two levels of small boxes
+    left no label readable."""
+    one_day = pd.DataFrame({"action": ["accept", "correct"], "terms": [["a"], ["b"]], "suggested": [["a"], ["c"]],
+                            "shown": [["a", "b"], ["c", "b"]],
+                            "at": pd.to_datetime(["2026-11-25 10:00", "2026-11-25 11:30"], utc=True)})
+    fig = fig_acceptance(acceptance(one_day, by="day"))
+    lo, hi = (pd.Timestamp(x) for x in fig.layout.xaxis.range)
+    assert hi - lo == pd.Timedelta(days=1) and fig.layout.xaxis.dtick == 86_400_000
+    assert fig.layout.xaxis.tickformat == "%Y-%m-%d"
+    weeks = fig_acceptance(acceptance(one_day, by="week"))
+    lo, hi = (pd.Timestamp(x) for x in weeks.layout.xaxis.range)
+    assert hi - lo == pd.Timedelta(days=7)
+    errs = Numbers(pd.DataFrame({"chapter": ["51 胆", "51 胆", "06 甲"], "category": ["51.2", "51.5", "06.3"],
+                                      "count": [3, 1, 2]}), "how", {})
+    tree = fig_errors_treemap(errs)
+    assert tree.data[0].maxdepth == 2 and "%{value} errors" in tree.data[0].texttemplate
