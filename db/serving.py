@@ -12,7 +12,8 @@ gate all suggest with the same model:
   the edition in force);
 * else the **shipped model**: the lexical pipeline over the vocabulary and the
   coded history, with the cold-start ranker fitted on public data of its
-  domain for the demo vocabularies (``termnorm.engine.PRETRAINED``).
+  domain (``termnorm.engine.PRETRAINED``): procedures for ICD-9-CM-3 style
+  codes, diagnoses for ICD-10 style codes (``cold_start_domain``).
 
 User synonyms, the demo abbreviation list and coders' abbreviations are added
 to either.
@@ -21,7 +22,7 @@ to either.
 from __future__ import annotations
 
 from db import abbreviations, services
-from termnorm.engine import PRETRAINED, Engine
+from termnorm.engine import PRETRAINED, Engine, cold_start_domain
 from termnorm.text.normalize import normalize
 
 
@@ -51,11 +52,12 @@ def edition(url: str | None, vocabulary_id: int) -> int | None:
 
 
 def shipped_engine(vocab, history) -> Engine:
-    """The model a vocabulary has before any retraining: the lexical pipeline (+ the demo cold-start ranker)."""
+    """The model a vocabulary has before any retraining: the lexical pipeline with the cold-start ranker of its
+    domain (procedures / diagnoses, fitted on public data of the domain: termnorm.engine.cold_start_domain)."""
     engine = Engine(vocab, history=history)
-    demo = vocab.name.removeprefix("demo-")
-    if vocab.name.startswith("demo-") and demo in PRETRAINED:
-        engine.use_pretrained_ranker(PRETRAINED[demo])  # ranker fitted on public data of the domain
+    domain = cold_start_domain(vocab)
+    if domain is not None:
+        engine.use_pretrained_ranker(PRETRAINED[domain])
     return engine
 
 
