@@ -64,7 +64,7 @@ Rows that change what the candidates carry refit those per outer fold too
 
 For each row: pooled exact-set accuracy and micro-F1, per-fold accuracy, and
 against ``shipped`` the mentions only one of the two gets right with a
-two-sided sign test (scipy's binomtest) on them; the same counts and test against every other
+two-sided sign test (termnorm.stats.sign_test) on them; the same counts and test against every other
 row are in the JSON (``pairwise``). Prints a table and writes JSON.
 """
 
@@ -84,6 +84,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._results import write_json  # noqa: E402
+from termnorm.stats import sign_test  # noqa: E402
 
 #: the rows: keyword arguments of Engine.fit_ranker (and, for DATA_OPTIONS, of
 #: Engine.ranker_training_data) on top of the set's settings
@@ -214,15 +215,6 @@ def _micro_f1(tp: int, n_pred: int, n_gold: int) -> float:
     return round(2 * tp / max(1, n_pred + n_gold), 4)
 
 
-def _sign_test(a: np.ndarray, b: np.ndarray) -> dict:
-    """Mentions right only in ``a`` / only in ``b``, and the two-sided sign test on them."""
-    from scipy.stats import binomtest
-
-    up, down = int((a & ~b).sum()), int((~a & b).sum())
-    return {"right_only_here": up, "right_only_there": down,
-            "sign_test_p": round(float(binomtest(up, up + down).pvalue), 4) if up + down else 1.0}
-
-
 def summarize(folds: list[dict]) -> dict:
     folds = sorted(folds, key=lambda f: f["fold"])
     ref = np.concatenate([f["rows"]["shipped"]["right"] for f in folds])
@@ -233,7 +225,7 @@ def summarize(folds: list[dict]) -> dict:
         tp = sum(f["rows"][row]["tp"] for f in folds)
         pred = sum(f["rows"][row]["n_pred"] for f in folds)
         gold = sum(f["rows"][row]["n_gold"] for f in folds)
-        vs_shipped = _sign_test(right, ref)
+        vs_shipped = sign_test(right, ref)
         rows[row] = {
             "accuracy": round(float(right.mean()), 4), "micro_f1": _micro_f1(tp, pred, gold),
             "per_fold_accuracy": {f["fold"]: round(float(np.mean(f["rows"][row]["right"])), 4) for f in folds},
@@ -242,7 +234,7 @@ def summarize(folds: list[dict]) -> dict:
             "right_only_here": vs_shipped["right_only_here"],
             "right_only_in_shipped": vs_shipped["right_only_there"], "sign_test_p": vs_shipped["sign_test_p"],
             "ranker_fit_and_predict_seconds": round(sum(f["rows"][row]["seconds"] for f in folds), 1),
-            "pairwise": {other: _sign_test(right, r) for other, r in right_of.items() if other != row}}
+            "pairwise": {other: sign_test(right, r) for other, r in right_of.items() if other != row}}
     return {"mentions": int(len(ref)), "folds": [{k: f[k] for k in ("fold", "train", "test", "candidates_seconds")}
                                                  for f in folds], "rows": rows}
 

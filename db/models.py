@@ -27,7 +27,8 @@ The initial Alembic revision (``db/migrations/versions/0001_initial.py``)
 creates the tables up to the audit log; ``0002_gold.py`` adds the gold tables
 and ``users.disabled_at``; ``0003`` the queue claims; ``0004_codes_editions_review.py``
 export codes and their kinds, vocabulary editions, terms by id in decisions and
-training pairs, mapping status and relationship, abbreviations and app settings. ``tests/test_db.py`` / ``tests/test_gold.py`` check
+training pairs, mapping status and relationship, abbreviations and app settings;
+``0005_eval_split.py`` the side of each labelled mention in the evaluation split. ``tests/test_db.py`` / ``tests/test_gold.py`` check
 that the models and the migrated schema do not drift apart.
 """
 
@@ -68,6 +69,10 @@ CODE_KINDS = ("leaf", "category")
 # "unchecked" until a lead approves it or sends it back ("needs_rereview", with the reason in review_note);
 # "flagged" waits for a lead; "auto" is the lead's bulk acceptance of confident suggestions.
 REVIEW_STATUSES = ("unchecked", "approved", "flagged", "auto", "needs_rereview")
+# The side of a labelled mention in its vocabulary's evaluation split (db.learning): "train" labels are
+# training data, "eval" ones the held-out mentions every model is measured on; NULL: not labelled (or its
+# gold names are not terms of the vocabulary).
+SPLITS = ("train", "eval")
 # FHIR R5 ConceptMap relationship codes (http://hl7.org/fhir/concept-map-relationship), read as
 # "the mention <relationship> the term(s)"
 RELATIONSHIPS = ("equivalent", "source-is-narrower-than-target", "source-is-broader-than-target", "related-to",
@@ -248,6 +253,7 @@ class Mention(Base):
         # the review queue: open mentions of a batch in file order / by confidence
         Index("ix_mentions_queue", "batch_id", "status", "position"),
         CheckConstraint(_in("status", MENTION_STATUSES), name="status"),
+        CheckConstraint("split IS NULL OR " + _in("split", SPLITS), name="split"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -264,6 +270,8 @@ class Mention(Base):
     # claim is older than services.CLAIM_MINUTES or the mention is decided
     claimed_by: Mapped[str | None] = mapped_column(String(100))
     claimed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # (0005) "train" / "eval": the side of a labelled mention in the vocabulary's evaluation split (db.learning)
+    split: Mapped[str | None] = mapped_column(String(10))
 
     batch: Mapped[Batch] = relationship()
 

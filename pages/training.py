@@ -1,23 +1,26 @@
-"""Training (for leads): what coders taught since the current model, retraining, versions, auto-accept.
+"""Training (for leads): the evaluation split, the background fit / retraining, versions and the gate's verdicts.
 
-Reads top to bottom like the screen: the new training signal by kind since
-the current model; a button that retrains in a background job (its progress,
-log and result survive page reloads: they are read from the job's folder,
-termnorm.jobs); the model registry with each version's gold accuracy and the
-gate's decision, promote and rollback (termnorm.registry); the auto-accept
-threshold for a target precision with the batch's expected coverage, and the
-action that auto-codes the batch while sending a random audit share back to
-the coders (termnorm.active).
+Reads top to bottom like the screen: which model serves the vocabulary and how
+sure its words are; the evaluation split (labelled mentions on each side, the
+share and seed a lead may change -- after a confirmation, since versions
+measured on another split cannot be compared; db.learning); the new training
+signal since the current model; a button that fits / retrains in a background
+job of this vocabulary (progress, log and result survive page reloads: they
+are read from the job's folder, termnorm.jobs); the versions with the gate's
+verdict in words and its numbers (termnorm.registry: each candidate against
+the model serving then, the shipped one included, on the same held-out
+mentions with a paired sign test), Promote and Roll back (to any version that
+served, the shipped one included). Auto-coding has its own page.
 """
 
 import pandas as pd
 import streamlit as st
 
-from db import services
-from pages import _ui
-from termnorm import active, retrain
+from db import learning, services, suggest_jobs
+from pages import _jobs, _ui
+from termnorm import retrain
 from termnorm.jobs import FINAL, JobBusy, JobRunner
-from termnorm.registry import GATE_MARGIN, Gate, Registry
+from termnorm.registry import GATE_MARGIN, MIN_GATE_MENTIONS, Gate, Registry
 
 ctx = _ui.page("lead")
 
@@ -27,11 +30,78 @@ if ctx.vocabulary_id is None:
 
 with _ui.session() as s:
     vocab_name = next(v["name"] for v in services.vocabularies(s) if v["id"] == ctx.vocabulary_id)
+    learning.assign_unassigned(s, ctx.vocabulary_id, commit=True)  # labelled mentions stored before the split
+    split = learning.split_summary(s, ctx.vocabulary_id)
 registry = Registry.for_vocabulary(vocab_name)
 runner = JobRunner()
-current = registry.current()
+JOBS = {"kind": "retrain", "vocabulary_id": ctx.vocabulary_id}  # this vocabulary's jobs only
 
+
+def pct(x) -> str:
+    return "–" if x is None else f"{x:.1%}"
+
+
+# ---------------------------------------------------------------- what serves
 st.markdown(f"### Training · {_ui.esc(vocab_name)}")
+serving = registry.serving()
+if serving is None:
+    st.caption("Serving: **the shipped model** (lexical pipeline, with the cold-start ranker where the vocabulary "
+               "has one). It is measured on the held-out mentions at the first fit.")
+else:
+    m = serving.get("metrics") or {}
+    bands = serving.get("confidence_bands") or {}
+    words = ", ".join(f"“{b['word']}” from confidence {b['min_confidence']:.2f} ({b['precision']:.0%} right, "
+                      f"{b['support']} mentions)" for b in bands.get("bands", []))
+    st.caption(f"Serving: **{serving['version']}** · held-out accuracy {pct(m.get('accuracy'))} on {m.get('n')} "
+               f"mentions · confidence words: {words or 'none reached (every suggestion reads “unsure”)'}"
+               if bands.get("measured") else
+               f"Serving: **{serving['version']}** · held-out accuracy {pct(m.get('accuracy'))} on {m.get('n')} "
+               "mentions · confidence words not measured yet (too few held-out mentions)")
+
+# ---------------------------------------------------------------- the evaluation split
+st.markdown("#### Evaluation split")
+c = st.columns(4)
+c[0].metric("training side", f"{split['train']:,}", help=f"{split['train_texts']:,} distinct texts")
+c[1].metric("held out (evaluation)", f"{split['eval']:,}", help=f"{split['eval_texts']:,} distinct texts")
+c[2].metric("share · seed", f"{split['share']:.0%} · {split['seed']}")
+c[3].metric("no side", f"{split['unassigned']:,}", help="labelled mentions whose gold names are not terms of the "
+            "vocabulary: nothing to learn from or measure on")
+by = f" by {split['set_by']}" if split["set_by"] else ""
+if split["by_file"]:
+    files = "; ".join(f"{_ui.md(b)}: {'held out' if side == 'eval' else 'training'}"
+                      for b, side in split["by_file"].items())
+    st.caption(f"Labelled mentions follow the official split of their files ({files}; set{by} {split['set_at']}): "
+               "the cold-start ranker was fitted on such training files, so measuring on them would flatter it. "
+               f"Every model is measured on the held-out side plus the gold set; the gate needs {MIN_GATE_MENTIONS} "
+               "held-out mentions. Re-drawing below replaces it with a share drawn by code chapter.")
+else:
+    st.caption(f"Labelled mentions are training data except a held-out share, drawn by code chapter so rare "
+               f"chapters are represented, fixed by the seed (set{by} {split['set_at'] or 'by default'}). Every model "
+               f"is measured on the held-out side plus the gold set; the gate needs {MIN_GATE_MENTIONS} held-out "
+               "mentions.")
+if split["labelled"] and split["eval_texts"] < MIN_GATE_MENTIONS:
+    st.warning(f"Only {split['eval_texts']} distinct held-out texts: below the gate's {MIN_GATE_MENTIONS}, every "
+               "candidate will be refused unless the gold set adds more. Widen the share or add labelled mentions.")
+with st.expander("Change the split"):
+    c = st.columns(3)
+    share = c[0].number_input("Held-out share (%)", learning.MIN_SHARE * 100, learning.MAX_SHARE * 100,
+                              split["share"] * 100, 1.0, key="split_share")
+    seed = c[1].number_input("Seed", 0, 10 ** 6, split["seed"], key="split_seed")
+    sure = c[2].checkbox("Re-draw: versions measured before cannot be compared with later ones", key="split_sure")
+    if st.button("Change the split", disabled=not sure, key="split_change"):
+        try:
+            with _ui.session() as s:
+                new = learning.assign_split(s, ctx.vocabulary_id, share / 100, int(seed), ctx.username)
+            _ui.flash("info", f"Split re-drawn: {new['train']:,} training, {new['eval']:,} held out "
+                              f"({new['share']:.0%}, seed {new['seed']}).")
+            st.rerun()
+        except (PermissionError, ValueError) as e:
+            st.error(str(e))
+    with _ui.session() as s:
+        chapters = learning.chapters_by_side(s, ctx.vocabulary_id)
+    if chapters:
+        st.dataframe(pd.DataFrame([{"chapter": k, **v} for k, v in sorted(chapters.items())]), hide_index=True,
+                     width="stretch", height=240)
 
 # ---------------------------------------------------------------- training signal
 st.markdown("#### New training signal since the current model")
@@ -42,36 +112,53 @@ for col, (label, key) in zip(cols, [("accepted", "accepted"), ("corrected", "cor
                                      ("rejected candidates", "rejected_candidate"), ("new synonyms", "synonym"),
                                      ("all pairs", "total")]):
     col.metric(label, new.get(key, 0))
-st.caption(f"Current model: **{current['version']}**" if current else "No registered model yet: the first "
-           "retraining creates version 1 (it becomes current, nothing to compare with).")
 
 # ---------------------------------------------------------------- retraining job
-st.markdown("#### Retrain")
-margin = st.number_input("Gate margin (promote when new accuracy ≥ current − margin)", value=float(GATE_MARGIN),
+fitted = [v for v in registry.versions() if not v.get("shipped")]
+st.markdown("#### Retrain" if fitted else "#### Fit the full pipeline")
+margin = st.number_input("Gate margin: 0 = the new model must not be worse than the serving one; −0.02 = it must "
+                         "gain 2 points; +0.02 = it may lose up to 2 points", value=float(GATE_MARGIN),
                          min_value=-0.2, max_value=0.2, step=0.005, format="%.3f", key="gate_margin")
+
+
+def _rescore() -> None:
+    """Every open mention suggested again by the serving version, in the background (db.suggest_jobs)."""
+    try:
+        suggest_jobs.start_rescore(ctx.url, ctx.vocabulary_id, by=ctx.username, registry_root=registry.root)
+    except JobBusy as e:
+        _ui.flash("error", f"Re-scoring not started: {e}")
 
 
 def _start() -> None:
     try:
         job = retrain.start_retrain_job(ctx.vocabulary_id, url=ctx.url, registry_root=registry.root,
                                         margin=float(st.session_state.get("gate_margin", 0.0)), by=ctx.username,
-                                        runner=runner)
-        _ui.flash("info", f"Retraining started (job {job}).")
+                                        runner=runner, purpose="retrain" if fitted else "first fit")
+        _ui.flash("info", f"Started in the background (job {job}).")
     except JobBusy as e:
         _ui.flash("error", str(e))
 
 
-busy = runner.active() is not None
-st.button("Retrain now", type="primary", disabled=busy, on_click=_start, key="retrain",
-          help="Refit on base data + every accepted / corrected mention, with confirmed and mined negatives; "
-               "evaluate on gold; register; promote if the gate passes. Runs in the background.")
+busy = runner.active(**JOBS) is not None
+st.button("Retrain now" if fitted else "Fit now", type="primary", disabled=busy, on_click=_start, key="retrain",
+          help="Fit on the training side of the split, coded mentions and confirmed negatives; measure on the "
+               "held-out mentions against the model serving now; register; promote if the gate passes. Runs in "
+               "the background.")
+
+
+def _verdict(gate: dict) -> str:
+    """The gate's decision in one line (its reason holds the figures)."""
+    if not gate:
+        return ""
+    head = "✓ promoted" if gate.get("promoted") else "✗ refused"
+    return f"{head}{' (forced)' if gate.get('forced') else ''}: {gate.get('reason', '')}"
 
 
 @st.fragment(run_every=2.0 if busy else None)
 def job_panel() -> None:
-    job = runner.latest()
+    job = runner.latest(**JOBS)
     if job is None:
-        st.caption("No retraining job has run yet.")
+        st.caption("No fit or retraining job has run for this vocabulary yet.")
         return
     state = job["state"]
     st.progress(float(job.get("progress") or 0.0), text=f"**{job.get('title', '')}** · {state} · "
@@ -91,104 +178,75 @@ def job_panel() -> None:
             st.error(job["error"])
         m = job.get("metrics") or {}
         if "version" in m:
-            gate = m.get("gate") or {}
-            (st.success if m.get("promoted") else st.warning)(
-                f"{m['version']}: {gate.get('reason', '')} — accuracy {m.get('accuracy', 0):.4f}"
-                + (f" vs current {m['baseline_accuracy']:.4f}" if m.get("baseline_accuracy") is not None else "")
-                + f" (margin {gate.get('margin', 0):+.3f})")
+            (st.success if m.get("promoted") else st.warning)(f"{m['version']} {_verdict(m.get('gate') or {})}")
             counts = m.get("counts") or {}
             rows = [(k.replace("_", " "), f"{v:.4g}" if isinstance(v, float) else str(v))
                     for k, v in counts.items() if isinstance(v, (int, float, str)) and v is not None]
-            st.dataframe(pd.DataFrame(rows, columns=["what went in", "count"]), hide_index=True,
-                         width="stretch")
+            with st.expander("What went in"):
+                st.dataframe(pd.DataFrame(rows, columns=["what went in", "count"]), hide_index=True,
+                             width="stretch")
     with st.expander("Job log"):
         st.code(runner.log(job["id"], tail=80) or "(empty)", language=None)
 
 
 job_panel()
 
-# ---------------------------------------------------------------- registry
+# ---------------------------------------------------------------- versions
 st.markdown("#### Versions")
 versions = registry.versions()
-if not versions:
-    st.caption("The registry is empty.")
-else:
-    def _gate_text(v: dict) -> str:
-        g = v.get("gate")
-        if not g:
-            return ""
-        if g.get("current") is None:
-            return g.get("reason", "")
-        return (f"{'✓' if g['promoted'] else '✗'} {g['candidate']:.4f} vs {g['current']:.4f} "
-                f"(margin {g['margin']:+.3f}){' forced' if g.get('forced') else ''}")
+shipped = registry.shipped_name()
+if not any(v.get("shipped") for v in versions):  # not measured yet, but it serves and can be rolled back to
+    versions.insert(0, {"version": shipped, "number": 0, "shipped": True, "metrics": {}, "status": "shipped",
+                        "is_current": registry.current_version() is None, "created": ""})
 
-    table = pd.DataFrame([{
-        "version": v["version"], "current": "●" if v["is_current"] else "", "created": v["created"],
-        "parent": v.get("parent") or "", "gold accuracy": v["metrics"].get("accuracy"),
-        "gold F1": v["metrics"].get("micro_f1"), "gold n": v["metrics"].get("n"), "gate": _gate_text(v),
-        "status": v.get("status", ""), "trained on": (v.get("train") or {}).get("n_train"),
-        "coded": (v.get("pairs") or {}).get("positives_coded"),
-        "confirmed neg.": (v.get("pairs") or {}).get("confirmed_negatives_used"),
-        "E-FN left out": (v.get("pairs") or {}).get("efn_eliminated")} for v in reversed(versions)])
-    st.dataframe(table, hide_index=True, width="stretch")
-    names = [v["version"] for v in reversed(versions)]
-    pick = st.selectbox("Version", names, key="pick_version")
-    c = st.columns([1, 1, 2])
-    force = c[2].checkbox("Force (skip the gate)", key="force_promote")
-    if c[0].button("Promote", key="promote"):
-        res = registry.promote(pick, Gate(margin=float(margin)), force=force, by=ctx.username)
-        _ui.engine_holder.clear()
-        (st.success if res.promoted else st.warning)(res.summary())
-    cur_no = next((v["number"] for v in versions if v["is_current"]), None)
-    pick_no = next(v["number"] for v in versions if v["version"] == pick)
-    if c[1].button("Roll back", key="rollback", disabled=cur_no is None or pick_no >= cur_no):
+
+def _row(v: dict) -> dict:
+    g, m = v.get("gate") or {}, v.get("metrics") or {}
+    return {"version": v["version"] + (" (shipped)" if v.get("shipped") else ""),
+            "serving": "●" if v["is_current"] else "", "created": v.get("created", ""),
+            "held-out accuracy": m.get("accuracy"), "held-out n": m.get("n"),
+            "compared with": g.get("current_version") or "", "its accuracy": g.get("current"),
+            "right only with this": g.get("only_candidate"), "right only with the other": g.get("only_current"),
+            "sign test p": g.get("sign_p"), "gate": (_verdict(g).split(":")[0] if g else ""),
+            "status": v.get("status", ""), "trained on": (v.get("train") or {}).get("n_train")}
+
+
+st.dataframe(pd.DataFrame([_row(v) for v in reversed(versions)]), hide_index=True, width="stretch")
+names = [v["version"] for v in reversed(versions)]
+pick = st.selectbox("Version", names, key="pick_version")
+rec = next(v for v in versions if v["version"] == pick)
+if rec.get("gate"):
+    (st.info if rec["gate"].get("promoted") else st.warning)(_verdict(rec["gate"]))
+c = st.columns([1, 1, 2])
+force = c[2].checkbox("Force (skip the gate)", key="force_promote")
+if c[0].button("Promote", key="promote", disabled=bool(rec.get("shipped")) or rec["is_current"],
+               help="Gate this version against the model serving now (its stored held-out results)."):
+    res = registry.promote(pick, Gate(margin=float(margin)), force=force, by=ctx.username)
+    _ui.flash("info" if res.promoted else "warning", f"{pick} {res.summary()}")
+    if res.promoted:
+        _rescore()
+    st.rerun()  # the table above was drawn before the change
+if c[1].button("Roll back", key="rollback", disabled=rec["is_current"],
+               help="Serve this version again (any version that served, the shipped one included); no gate."):
+    try:
         registry.rollback(pick, by=ctx.username, reason="rolled back on the training page")
-        _ui.engine_holder.clear()
-        st.success(f"{pick} is current again.")
-    with st.expander("Registry history"):
-        st.dataframe(pd.DataFrame([{"at": e["at"], "action": e["action"], "version": e["version"],
-                                    "from": e.get("from") or "", "by": e.get("by", ""),
-                                    "gate": (e.get("gate") or {}).get("reason", e.get("reason", ""))}
-                                   for e in reversed(registry.history())]), hide_index=True,
-                     width="stretch")
+        _ui.flash("info", f"{pick} serves again; coders get its suggestions at their next mention.")
+        _rescore()
+        st.rerun()
+    except ValueError as e:
+        st.warning(str(e))
+with st.expander("Registry history"):
+    st.dataframe(pd.DataFrame([{"at": e["at"], "action": e["action"], "version": e["version"],
+                                "from": e.get("from") or "", "by": e.get("by", ""),
+                                "gate": (e.get("gate") or {}).get("reason", e.get("reason", ""))}
+                               for e in reversed(registry.history())],
+                              columns=["at", "action", "version", "from", "by", "gate"]),
+                 hide_index=True, width="stretch")
 
-# ---------------------------------------------------------------- auto-accept
-st.markdown("#### Auto-accept")
-current = registry.current()
-preds = registry.gold_predictions()
-if not preds:
-    st.caption("Auto-accept needs the current model's answers on gold: retrain to create a version.")
-    st.stop()
-c = st.columns(3)
-target = c[0].number_input("Target precision", 0.5, 0.999, active.TARGET_PRECISION, 0.005, format="%.3f",
-                           key="target_precision")
-min_support = c[1].number_input("Min. gold mentions above it", 1, 10_000, min(active.MIN_SUPPORT, len(preds)),
-                                key="min_support")
-audit_share = c[2].slider("Audit share sent back to coders", 0.0, 0.5, active.AUDIT_SHARE, 0.01,
-                          key="audit_share")
-choice = active.threshold_from_predictions(preds, float(target), int(min_support))
-st.write(f"On {choice.n} gold mentions of **{current['version']}**: {choice.summary()}")
-if choice.threshold is None or ctx.batch_id is None:
-    st.stop()
-with _ui.session() as s:
-    open_ms = services.mentions(s, ctx.batch_id, status=services.OPEN_STATUSES)
-    audit = active.audit_results(s, ctx.batch_id)
-confs = [m["confidence"] for m in open_ms if m["confidence"] is not None]
-n_hit = sum(x >= choice.threshold for x in confs)
-st.write(f"This batch: {len(open_ms)} open mentions, {len(confs)} with a stored suggestion; **{n_hit}** have "
-         f"confidence ≥ {choice.threshold:.4f} (expected coverage {active.coverage_at(confs, choice.threshold):.0%} "
-         f"of suggested mentions).")
-engine_version = ctx.holder().engine.model_version
-calibrated = engine_version == current["version"]
-if not calibrated:
-    st.warning(f"The app's engine is **{engine_version}**, not {current['version']}: its confidences are not "
-               "the ones this threshold was calibrated on.")
-ok = calibrated or st.checkbox("Auto-code anyway", key="auto_anyway")
-if st.button("Auto-code this batch", disabled=not ok or n_hit == 0, key="auto_code"):
-    with _ui.session() as s:
-        out = active.auto_code_with_audit(s, ctx.batch_id, choice.threshold, ctx.username, float(audit_share))
-    st.success(f"Auto-coded {out['auto_coded']} mentions; {len(out['audit'])} sent back to coders as an audit.")
-if audit["audited"]:
-    prec = "–" if audit["precision"] is None else f"{audit['precision']:.1%}"
-    st.caption(f"Audit so far: {audit['decided']} of {audit['audited']} audited mentions re-decided, "
-               f"{audit['agreed']} agreed with the auto-code (measured precision {prec}).")
+st.markdown("#### Re-scoring the open mentions")
+st.caption("After a promotion or a rollback every open mention is suggested again by the serving version in the "
+           "background, so no coder is shown a retired version's suggestion.")
+_jobs.panel(runner, "rescore_job", result=_jobs.suggestion_outcome, lock=suggest_jobs.lock(ctx.vocabulary_id))
+
+st.caption("Auto-coding (accepting confident suggestions of the serving version, with an audit sample) is on the "
+           "**Auto-coding** page.")

@@ -246,9 +246,53 @@ def cmd_app(args) -> int:
 
 
 def cmd_load_data(args) -> int:
-    from db.loader import load_folder
+    """Load the folder; then fit each vocabulary that received labelled mentions in the background (the
+    retraining job, gated against the shipped model) unless ``--no-fit``; ``--wait`` follows the jobs."""
+    from db import learning, services
+    from db.loader import load
 
-    return load_folder(args.folder, db_url=args.db, limit=args.limit) or 0
+    res = load(args.folder, db_url=args.db, limit=args.limit)
+    if res.code or not res.labelled:
+        return res.code
+    names = {vid: name for name, vid in res.vocabularies.items()}
+    if args.no_fit:
+        print("--no-fit: no model fitted; retrain each vocabulary on the Training page when ready")
+        return 0
+    url = services.database_url(args.db)
+    jobs = {}
+    for vid in res.labelled:
+        job = learning.start_first_fit_if_needed(url, vid, by="import")
+        print(f"{names[vid]}: " + (f"fitting the full pipeline in the background (job {job}); the Training page "
+                                   "shows its progress" if job else "no fit started (a version is already "
+                                   "fitted, too few labelled training mentions, or a retraining job is running)"))
+        if job:
+            jobs[job] = names[vid]
+    if args.wait:
+        for job, name in jobs.items():
+            _wait_for_job(job, name)
+    return 0
+
+
+def _wait_for_job(job_id: str, name: str) -> dict:
+    """Follow a background job with a line per progress message; print the gate's verdict."""
+    from termnorm.jobs import FINAL, JobRunner
+
+    runner, last = JobRunner(), None
+    while True:
+        st = runner.status(job_id) or {}
+        line = f"  [{float(st.get('progress') or 0):5.1%}] {st.get('message', '')}"
+        if line != last:
+            print(f"{name}:{line}", flush=True)
+            last = line
+        if st.get("state") in FINAL:
+            break
+        time.sleep(2.0)
+    m = st.get("metrics") or {}
+    if st.get("state") != "done":
+        print(f"{name}: job {st.get('state')}: {st.get('error') or ''} (log: {runner.folder(job_id) / 'job.log'})")
+    elif "gate" in m:
+        print(f"{name}: {m['version']} {'promoted' if m['promoted'] else 'not promoted'}: {m['gate'].get('reason', '')}")
+    return st
 
 
 def main(argv=None) -> int:
@@ -290,6 +334,9 @@ def main(argv=None) -> int:
     p.add_argument("folder")
     p.add_argument("--db")
     p.add_argument("--limit", type=int, help="mentions per set")
+    p.add_argument("--no-fit", action="store_true",
+                   help="do not fit the full pipeline in the background after loading labelled mentions")
+    p.add_argument("--wait", action="store_true", help="wait for the background fits, printing their progress")
     p.set_defaults(func=cmd_load_data)
 
     from termnorm.cli_admin import add_create_admin_arguments, cmd_create_admin

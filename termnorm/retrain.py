@@ -1,12 +1,14 @@
-"""Retraining from the coders' decisions: the learning loop's training step.
+"""Retraining from the coders' decisions and labelled mentions: the learning loop's training step.
 
-What goes in (all read from the database through db.services, counted and
-reported):
+What goes in (all read from the database through db.services / db.learning,
+counted and reported):
 
 * **positives** -- mentions whose latest decision accepted or corrected
-  terms (``coded_mentions``), on top of the current model's own training
-  mentions (its history); a coder's answer replaces an older label of the same
-  mention text;
+  terms (``coded_mentions``), labelled mentions on the *training* side of the
+  vocabulary's evaluation split (db.learning: their gold terms, whether or not
+  a coder decided them -- a coder's decision on the same mention wins), on top
+  of the current model's own training mentions (its history); a coder's answer
+  replaces an older label of the same mention text;
 * **confirmed hard negatives** -- shown candidates a coder did not choose
   (TrainingPair label 0, kind ``rejected_candidate``): Approach B's lesson
   that hard negatives matter more than model choice, confirmed by a person;
@@ -27,15 +29,18 @@ like ``Engine.fit_lexical``, with the rows weighted as above. When the
 current version folder holds neural parts (``dense/``: a termnorm.dense
 BiEncoder; ``ranker/``: a termnorm.rank RankerModel) they are fine-tuned from
 their current weights with their own training functions and saved into the
-new version. The result is evaluated on the gold set, registered
-(termnorm.registry) and promoted only if the gate passes.
+new version. The result is evaluated on the held-out ("gold") set,
+registered (termnorm.registry) and promoted only if the gate passes against
+the model serving now -- the shipped model included, built as the app builds
+it (db.serving.build_engine) and measured on the same mentions with the same
+history exclusion (issue 23, item 2).
 
-Gold set: the lead's gold set (db.gold: double-annotated, agreed or
-adjudicated labels) plus labelled mentions of imported files
-(``Mention.gold_terms``); when these are fewer than ``MIN_GOLD``, a stable 20%
-of the coded mentions is added (chosen by a hash of the text, so the same
-mention is always on the same side). Gold mentions never enter training or
-the evaluated model's history.
+Held-out set: the lead's gold set (db.gold: double-annotated, agreed or
+adjudicated labels) plus labelled mentions on the *evaluation* side of the
+split; when these are fewer than ``MIN_GOLD`` (a vocabulary coded from scratch,
+with no labelled file), a stable 20% of the coded mentions is added (chosen by
+a hash of the text, so the same mention is always on the same side). Held-out
+mentions never enter training or the evaluated model's history.
 """
 
 from __future__ import annotations
@@ -97,7 +102,7 @@ class TrainingData:
 
     vocabulary: object  # termnorm.vocabulary.Vocabulary (with user synonyms)
     vocabulary_name: str
-    coded: list[LabelledMention]  # accepted / corrected (latest decision per text), gold excluded
+    coded: list[LabelledMention]  # positives: coded (latest decision per text) + labelled training side, gold excluded
     gold: list[LabelledMention]
     gold_source: str
     confirmed_negatives: dict[str, list[str]]  # mention text -> terms a coder rejected (latest decision)
@@ -107,6 +112,7 @@ class TrainingData:
     max_pair_id: int
     gold_excluded: int = 0  # coded mentions left out because they are gold
     new_texts: set[str] = field(default_factory=set)  # normalized mention texts with pairs after since_pair_id
+    labelled_train: int = 0  # of ``coded``: labelled training-side mentions no coder decided
 
 
 def pair_counts(s, vocabulary_id: int, since_pair_id: int = 0) -> dict[str, int]:
@@ -123,33 +129,45 @@ def pair_counts(s, vocabulary_id: int, since_pair_id: int = 0) -> dict[str, int]
     return out
 
 
-def gold_from_db(s, vocabulary_id: int) -> list[LabelledMention]:
-    """The vocabulary's gold mentions: the lead's gold set (db.gold GoldLabel rows: agreed or adjudicated
-    double annotation) first, then labelled mentions of imported files (``Mention.gold_terms``).
+def gold_from_db(s, vocabulary_id: int, labelled: list[dict] | None = None) -> list[LabelledMention]:
+    """The vocabulary's held-out mentions: the lead's gold set (db.gold GoldLabel rows: agreed or adjudicated
+    double annotation) first, then labelled mentions on the evaluation side of the split (db.learning).
 
     One per normalized text (the gold set wins); labels with no term ("nothing fits") or with names
     outside the vocabulary are left out: the engine always outputs terms of the vocabulary.
     """
-    from db import services
+    from db import learning, services
+    from db.gold import _gold_frame  # the lead's gold set (no acting user: the gate is not a person)
 
     names = set(services.vocabulary_from_db(s, vocabulary_id).names)
     out: dict[str, LabelledMention] = {}
 
-    def put(text: str, terms, row=None) -> None:
+    def put(text: str, terms) -> None:
         terms = list(terms or [])
         if terms and all(t in names for t in terms):
-            out.setdefault(normalize(text), LabelledMention(text, terms, row))
+            out.setdefault(normalize(text), LabelledMention(text, terms))
 
-    try:
-        from db.gold import _gold_frame  # the lead's gold set (no acting user: the gate is not a person)
-    except ImportError:
-        _gold_frame = None
-    if _gold_frame is not None:
-        for text, terms in _gold_frame(s, vocabulary_id=vocabulary_id)[["mention", "terms"]].itertuples(index=False):
-            put(text, terms)
-    for b in services.batches(s, vocabulary_id):
-        for m in services.mentions(s, b["id"]):
-            put(m["text"], m["gold_terms"], m["source_row"])
+    for text, terms in _gold_frame(s, vocabulary_id=vocabulary_id)[["mention", "terms"]].itertuples(index=False):
+        put(text, terms)
+    for m in labelled if labelled is not None else learning.labelled_mentions(s, vocabulary_id):
+        if m["split"] == learning.EVAL:
+            put(m["text"], m["gold_terms"])
+    return list(out.values())
+
+
+def labelled_training(labelled: list[dict], names, taken: set[str]) -> list[LabelledMention]:
+    """Labelled training-side mentions as positives, one per normalized text not in ``taken`` (the coded
+    ones: a coder's answer for the same text wins). A mention a coder accepted, corrected or rejected is
+    left to that decision (accepted / corrected ones are coded mentions; a rejection says none fits)."""
+    from db import learning
+
+    out: dict[str, LabelledMention] = {}
+    for m in labelled:
+        key = normalize(m["text"])
+        if (m["split"] != learning.TRAIN or m["decision"] in ("accept", "correct", "reject") or key in taken
+                or not all(t in names for t in m["gold_terms"])):
+            continue
+        out.setdefault(key, LabelledMention(m["text"], list(m["gold_terms"])))
     return list(out.values())
 
 
@@ -162,17 +180,23 @@ def in_holdout(text: str, share: float = GOLD_SHARE) -> bool:
 def training_data_from_db(s, vocabulary_id: int, *, gold: list[LabelledMention] | None = None,
                           since_pair_id: int = 0, gold_share: float = GOLD_SHARE,
                           min_gold: int = MIN_GOLD) -> TrainingData:
-    """Read coded mentions, confirmed negatives, synonyms and the gold set of a vocabulary."""
-    from db import services
+    """Read coded and labelled training mentions, confirmed negatives, synonyms and the held-out set of a
+    vocabulary (the split's sides as stored: db.learning.assign_unassigned gives new labelled mentions theirs)."""
+    from db import learning, services
 
     vocab = services.vocabulary_from_db(s, vocabulary_id)
     name = next(v["name"] for v in services.vocabularies(s) if v["id"] == vocabulary_id)
-    coded = services.coded_mentions(s, vocabulary_id)
+    labelled = learning.labelled_mentions(s, vocabulary_id)
+    decided = services.coded_mentions(s, vocabulary_id)
+    extra = labelled_training(labelled, set(vocab.names), {normalize(m.text) for m in decided})
+    coded = decided + extra
     if gold is not None:
         gold_source = "given"
     else:
-        gold = gold_from_db(s, vocabulary_id)
-        gold_source = f"{len(gold)} labelled mentions in the database"
+        gold = gold_from_db(s, vocabulary_id, labelled)
+        settings = learning.split_settings(s, vocabulary_id)
+        gold_source = (f"{len(gold)} held-out mentions (gold set + evaluation side of the split: "
+                       f"{settings['share']:.0%}, seed {settings['seed']})")
         if len(gold) < min_gold:
             have = {normalize(m.text) for m in gold}
             held = [m for m in coded if in_holdout(m.text, gold_share) and normalize(m.text) not in have]
@@ -188,9 +212,11 @@ def training_data_from_db(s, vocabulary_id: int, *, gold: list[LabelledMention] 
             if term not in lst:
                 lst.append(term)
     new_texts = {normalize(t) for t in df.loc[df["id"] > since_pair_id, "mention"]}
+    extra_texts = {normalize(m.text) for m in extra}
     return TrainingData(vocab, name, kept, list(gold), gold_source, neg, services.user_synonyms(s, vocabulary_id),
                         pair_counts(s, vocabulary_id), pair_counts(s, vocabulary_id, since_pair_id),
-                        int(df["id"].max()) if len(df) else 0, len(coded) - len(kept), new_texts)
+                        int(df["id"].max()) if len(df) else 0, len(coded) - len(kept), new_texts,
+                        sum(normalize(m.text) in extra_texts for m in kept))
 
 
 def new_pairs_since_current(s, vocabulary_id: int, registry) -> dict[str, int]:
@@ -496,8 +522,8 @@ class RetrainResult:
     version: str
     promoted: bool
     gate: dict
-    metrics: dict  # the new version on gold
-    baseline: dict | None  # the current version on the same gold (None: first version)
+    metrics: dict  # the new version on the held-out mentions
+    baseline: dict | None  # the model serving before (shipped included) on the same mentions
     counts: dict  # how many of each kind went in
     seconds: dict = field(default_factory=dict)
     parent: str | None = None
@@ -511,11 +537,14 @@ def retrain(vocabulary_id: int, *, url: str | None = None, registry=None, gold: 
             gate=None, base: list[LabelledMention] | None = None, current=None, keyword_dir=None,
             alpha: float = ALPHA, top_k: int = TOP_K_MINE, neural: bool = True,
             neural_budget_s: float = NEURAL_BUDGET_S, seed: int = 0, by: str = "", progress=None) -> RetrainResult:
-    """Build training data from the database, refit, evaluate on gold, register and gate.
+    """Build training data from the database, refit, evaluate on the held-out mentions, register and gate
+    against the model serving now.
 
     ``registry``: a termnorm.registry.Registry (default: the vocabulary's lineage
-    under ``$TERMNORM_MODELS``); ``current``: the current Engine if already in
-    memory (else loaded from the registry); ``base``: training mentions to start
+    under ``$TERMNORM_MODELS``); ``current``: the serving Engine if already in
+    memory (else the current version is loaded from the registry, and the model
+    serving is built as the app builds it: db.serving.build_engine, the shipped
+    one when no version is current); ``base``: training mentions to start
     from when the registry has no current version; ``progress(fraction, message)``.
     """
     with limited_threads():
@@ -526,7 +555,7 @@ def retrain(vocabulary_id: int, *, url: str | None = None, registry=None, gold: 
 
 def _retrain(vocabulary_id, *, url, registry, gold, gate, base, current, keyword_dir, alpha, top_k, neural,
              neural_budget_s, seed, by, progress) -> RetrainResult:
-    from db import services
+    from db import learning, services
     from termnorm.engine import Engine
     from termnorm.registry import Gate, Registry
 
@@ -534,12 +563,15 @@ def _retrain(vocabulary_id, *, url, registry, gold, gate, base, current, keyword
     t0 = time.perf_counter()
     secs: dict[str, float] = {}
     say(0.01, "reading the training signal from the database")
+    serving_given = current
     with services.session_scope(url) as s:
+        learning.assign_unassigned(s, vocabulary_id, commit=True)  # labelled mentions stored before the split
         name = next(v["name"] for v in services.vocabularies(s) if v["id"] == vocabulary_id)
         registry = registry or Registry.for_vocabulary(name)
         cur_rec = registry.current()
         since = int(((cur_rec or {}).get("train") or {}).get("max_pair_id", 0) or 0)
         data = training_data_from_db(s, vocabulary_id, gold=gold, since_pair_id=since)
+        settings = learning.pipeline_settings(s, vocabulary_id)
     secs["read"] = round(time.perf_counter() - t0, 2)
 
     parent = cur_rec["version"] if cur_rec else None
@@ -556,14 +588,22 @@ def _retrain(vocabulary_id, *, url, registry, gold, gate, base, current, keyword
 
     t1 = time.perf_counter()
     say(0.06, f"building the engine on {len(train)} coded mentions")
-    kw = keyword_dir if keyword_dir is not None else getattr(current, "keyword_dir", None)
+    # the fitted pipeline's settings carry over; a first fit (the shipped model serves) takes the vocabulary's
+    # pipeline settings (db.learning: termnorm load-data sets those the README measures for each set)
+    fitted = current is not None and parent is not None
+    kw = keyword_dir if keyword_dir is not None else (current.keyword_dir if fitted else settings["keyword_dir"])
+    profile = current.recall_profile if fitted else settings["recall_profile"]
+    max_candidates = current.max_candidates if fitted else settings["max_candidates"]
     split = getattr(current, "split", True)
     # the keyword tagger depends only on the vocabulary and the keyword lists: reuse the current one
     # when neither changed (building it for a 10k-term vocabulary costs seconds)
     same = (current is not None and not data.synonyms and kw == current.keyword_dir
             and list(current.vocabulary.names) == list(vocab.names))
     engine = Engine(vocab, history=train, keyword_dir=kw, split=split, tagger=current.tagger if same else None,
-                    history_extras=getattr(current, "history_extras", ()))
+                    history_extras=getattr(current, "history_extras", ()), recall_profile=profile,
+                    max_candidates=max_candidates)
+    engine.meta["output_rule_metric"] = (current.meta.get("output_rule_metric", "accuracy") if fitted
+                                         else settings["output_rule_metric"])
     secs["engine"] = round(time.perf_counter() - t1, 2)
 
     t1 = time.perf_counter()
@@ -583,19 +623,21 @@ def _retrain(vocabulary_id, *, url, registry, gold, gate, base, current, keyword
         secs["neural"] = round(time.perf_counter() - t1, 2)
 
     t1 = time.perf_counter()
-    say(0.8, f"evaluating on {len(data.gold)} gold mentions")
+    say(0.8, f"evaluating the new model on {len(data.gold)} held-out mentions")
     metrics, preds = evaluate_on_gold(engine, data.gold)
-    baseline = None
-    if current is not None:
-        stored = (cur_rec or {}).get("metrics") or {}
-        if stored.get("gold_sha256") == metrics["gold_sha256"] and "accuracy" in stored:
-            baseline = stored  # same gold set: the stored measurement stands
-        else:
-            say(0.87, f"re-evaluating the current model {parent} on the same gold set")
-            baseline, _ = evaluate_on_gold(current, data.gold)
+    # what serves now is measured again every time (its history has grown since it was last measured), on the
+    # same mentions with the same history exclusion (evaluate_on_gold), as the app builds it
+    serving_engine = serving_given if serving_given is not None else _serving_engine(url, vocabulary_id, parent,
+                                                                                       registry.root)
+    say(0.87, f"evaluating the model serving now ({parent or 'the shipped model'}) on the same mentions")
+    baseline, base_preds = evaluate_on_gold(serving_engine, data.gold)
+    if parent is None:
+        registry.record_shipped(baseline, base_preds, model_version=str(serving_engine.model_version),
+                                notes="the model served before any fitted version: db.serving.shipped_engine")
     secs["evaluate"] = round(time.perf_counter() - t1, 2)
 
-    counts = {"positives_base": len(kept_base), "positives_coded": len(data.coded), "gold_excluded": data.gold_excluded,
+    counts = {"positives_base": len(kept_base), "positives_coded": len(data.coded) - data.labelled_train,
+              "positives_labelled": data.labelled_train, "gold_excluded": data.gold_excluded,
               "gold_source": data.gold_source, "gold_n": len(data.gold), "pairs_active": data.pair_counts,
               "pairs_new": data.new_pair_counts, "user_synonyms": len(data.synonyms),
               "confirmed_negative_pairs": sum(len(v) for v in data.confirmed_negatives.values()), **fit_report}
@@ -607,9 +649,16 @@ def _retrain(vocabulary_id, *, url, registry, gold, gate, base, current, keyword
                                 train={"max_pair_id": data.max_pair_id, "seconds": secs, "n_train": len(train),
                                        "by": by}, gold_predictions=preds, extra_writer=writer)
     gate = gate or Gate()
-    res = registry.promote(version, gate, baseline=baseline, by=by)
+    res = registry.promote(version, gate, baseline=baseline, baseline_predictions=base_preds, by=by)
     say(1.0, res.summary())
     return RetrainResult(version, res.promoted, asdict(res), metrics, baseline, counts, secs, parent, engine)
+
+
+def _serving_engine(url, vocabulary_id: int, version: str | None, root):
+    """The engine the app serves for ``version`` (None: the shipped model), built from the database."""
+    from db import serving
+
+    return serving.build_engine(url, vocabulary_id, version, root=root)
 
 
 # ------------------------------------------------------------------------------------- as a background job
@@ -617,7 +666,8 @@ JOB_TARGET = "termnorm.retrain:retrain_job"
 
 
 def retrain_job(params: dict, ctx) -> dict:
-    """termnorm.jobs target: ``retrain`` with params url, vocabulary_id, registry_root, margin, by, neural."""
+    """termnorm.jobs target: ``retrain`` with params url, vocabulary_id, registry_root, margin, by, neural,
+    purpose ("retrain", or "first fit" after an import of labelled mentions: the same step)."""
     from termnorm.jobs import detect_device
     from termnorm.registry import Gate, Registry
 
@@ -634,23 +684,35 @@ def retrain_job(params: dict, ctx) -> dict:
                   by=str(params.get("by", "")), progress=ctx.progress)
     out = {"version": res.version, "promoted": res.promoted, "gate": res.gate,
            "accuracy": res.metrics.get("accuracy"), "baseline_accuracy": (res.baseline or {}).get("accuracy"),
-           "counts": res.counts, "seconds": res.seconds, "parent": res.parent}
+           "baseline_version": res.gate.get("current_version"), "counts": res.counts, "seconds": res.seconds,
+           "parent": res.parent, "purpose": params.get("purpose", "retrain"),
+           "vocabulary_id": int(params["vocabulary_id"])}
     ctx.log(f"{res.version}: {res.gate.get('reason')} (promoted={res.promoted})")
+    if res.promoted:  # no open mention keeps the retired version's suggestion, whether or not a lead watches
+        from db.suggest_jobs import start_rescore  # the job runs with the app's database: db is at hand here
+
+        out["rescore_job"] = start_rescore(params.get("url"), int(params["vocabulary_id"]), by=str(params.get("by", "")),
+                                           registry_root=params.get("registry_root"))
+        ctx.log(f"re-scoring the open mentions with {res.version}: job {out['rescore_job']}")
     return _jsonable(out)
 
 
 def start_retrain_job(vocabulary_id: int, *, url: str | None = None, registry_root=None, margin: float = 0.0,
-                      by: str = "", neural: bool = True, runner=None) -> str:
-    """Start retraining as a background job (one at a time); returns the job id (raises jobs.JobBusy)."""
+                      by: str = "", neural: bool = True, runner=None, purpose: str = "retrain") -> str:
+    """Start retraining as a background job (one per vocabulary at a time: lock ``retrain:<id>``, tagged
+    kind "retrain" and the vocabulary id); returns the job id (raises jobs.JobBusy)."""
     from db import services
-    from termnorm.jobs import JobRunner
+    from termnorm.jobs import JobRunner, lock_key
     from termnorm.registry import default_root
 
     runner = runner or JobRunner()
     params = {"url": services.database_url(url), "vocabulary_id": int(vocabulary_id),
               "registry_root": str(registry_root or default_root()), "margin": float(margin), "by": by,
-              "neural": neural}
-    return runner.start(JOB_TARGET, params, title=f"retrain vocabulary {vocabulary_id}")
+              "neural": neural, "purpose": purpose}
+    with services.session_scope(url) as s:
+        name = next((v["name"] for v in services.vocabularies(s) if v["id"] == int(vocabulary_id)), vocabulary_id)
+    return runner.start(JOB_TARGET, params, title=f"{purpose} · {name}", lock=lock_key("retrain", vocabulary_id),
+                        tags={"kind": "retrain", "vocabulary_id": int(vocabulary_id), "purpose": purpose})
 
 
 def main(argv=None) -> int:

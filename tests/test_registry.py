@@ -1,4 +1,5 @@
-"""The model registry with real pipelines on the demo data: register, gate, promote, rollback, atomicity."""
+"""The model registry with real pipelines on the demo data: register, gate (against the serving model, the shipped
+one included, with a paired sign test and a minimum of held-out mentions), promote, rollback, atomicity."""
 
 from __future__ import annotations
 
@@ -8,8 +9,12 @@ import pytest
 
 from termnorm.engine import Engine, demo_mentions, demo_vocabulary
 from termnorm.records import LabelledMention
-from termnorm.registry import Gate, Registry, slug
+from termnorm.registry import MIN_GATE_MENTIONS, Gate, Registry, paired_results, slug
 from termnorm.retrain import evaluate_on_gold, limited_threads
+from termnorm.stats import band_of, confidence_bands, sign_test
+
+#: the demo's 79 gold mentions are below the gate's minimum: tests of the comparison itself lower it
+SMALL = 20
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +61,14 @@ def test_gate_refuses_a_worse_model_and_records_why(reg, models):
     v1 = reg.register(good, gm, gold_predictions=gp)
     reg.promote(v1)
     v2 = reg.register(bad, bm, parent=v1, gold_predictions=bp)
-    res = reg.promote(v2, Gate(margin=0.0))
+    res = reg.promote(v2, Gate(margin=0.0, min_n=SMALL))
     assert not res.promoted and reg.current_version() == v1
+    # the paired numbers: mentions only one of the two got right, and the sign test on them
+    st = sign_test([p["correct"] for p in bp], [p["correct"] for p in gp])
+    assert (res.only_candidate, res.only_current, res.sign_p) == (st["right_only_here"], st["right_only_there"],
+                                                                  st["sign_test_p"])
+    assert res.only_current > res.only_candidate and res.sign_p < 0.05
+    assert f"{bm['accuracy']:.4f} vs {gm['accuracy']:.4f}" in res.reason and "sign test p" in res.reason
     assert res.candidate == pytest.approx(bm["accuracy"]) and res.current == pytest.approx(gm["accuracy"])
     rec = reg.get(v2)
     assert rec["status"] == "rejected" and rec["gate"]["margin"] == 0.0
@@ -66,8 +77,99 @@ def test_gate_refuses_a_worse_model_and_records_why(reg, models):
     assert [e["action"] for e in reg.history()] == ["register", "promote", "register", "reject"]
     # a margin wider than the loss lets it through, and says so
     gap = gm["accuracy"] - bm["accuracy"]
-    res = reg.promote(v2, Gate(margin=gap + 0.01))
+    res = reg.promote(v2, Gate(margin=gap + 0.01, min_n=SMALL))
+    # ... but not past the sign test: allowing a loss never lets a significantly worse model in
+    assert not res.promoted and "significantly worse" in res.reason
+    res = reg.promote(v2, Gate(margin=gap + 0.01, min_n=SMALL, alpha=0.0))
     assert res.promoted and reg.current_version() == v2 and res.margin == pytest.approx(gap + 0.01)
+    assert "allows a loss of up to" in res.reason
+
+
+def test_the_gate_refuses_below_its_minimum_of_held_out_mentions(reg, models):
+    good, gm, gp = models["good"]
+    v1 = reg.register(good, gm, gold_predictions=gp)
+    reg.promote(v1)
+    v2 = reg.register(good, gm, parent=v1, gold_predictions=gp)
+    res = reg.promote(v2)  # the same model: "not worse", but on 79 mentions
+    assert gm["n"] < MIN_GATE_MENTIONS and not res.promoted and reg.current_version() == v1
+    assert f"too few held-out mentions to compare: {gm['n']} < {MIN_GATE_MENTIONS}" in res.reason
+    assert reg.promote(v2, Gate(min_n=SMALL)).promoted
+
+
+def test_a_first_version_is_gated_against_the_shipped_model_and_rollback_to_it_is_one_click(reg, models):
+    """The shipped model is version <name>-shipped, number 0, measured but without a pipeline: a first fit worse
+    than it is refused; once a version serves, rolling back to the shipped one serves it again (current None)."""
+    good, gm, gp = models["good"]
+    bad, bm, bp = models["bad"]
+    assert reg.serving() is None and reg.confidence_bands() is None  # nothing measured yet
+    shipped = reg.record_shipped(gm, gp, model_version="lexical")
+    assert shipped == reg.shipped_name() == f"{reg.name}-shipped" and reg.current_version() is None
+    [rec] = reg.versions()
+    assert rec["number"] == 0 and rec["is_current"] and rec["shipped"] and reg.load(shipped) is None
+    assert reg.gold_predictions() == gp and reg.serving()["version"] == shipped
+    assert reg.confidence_bands() == confidence_bands(gp)
+
+    v1 = reg.register(bad, bm, gold_predictions=bp)
+    res = reg.promote(v1, Gate(min_n=SMALL))
+    assert not res.promoted and res.current_version == shipped and reg.current_version() is None
+    assert res.current == pytest.approx(gm["accuracy"]) and res.only_current > res.only_candidate
+    assert reg.get(v1)["status"] == "rejected" and reg.history()[-1]["from"] == shipped
+    with pytest.raises(ValueError, match="never served"):
+        reg.rollback(v1)  # a refused version does not get in through a rollback
+    with pytest.raises(ValueError, match="shipped model"):
+        reg.promote(shipped)
+
+    v2 = reg.register(good, gm, gold_predictions=gp)
+    assert reg.promote(v2, Gate(min_n=SMALL)).promoted and reg.current_version() == v2
+    assert [v["version"] for v in reg.versions() if v["is_current"]] == [v2]
+    ev = reg.rollback(shipped, by="lead")
+    assert ev["from"] == v2 and reg.current_version() is None and reg.load() is None
+    assert [v["version"] for v in reg.versions() if v["is_current"]] == [shipped]
+    with pytest.raises(ValueError, match="already serving"):
+        reg.rollback(shipped)
+    reg.rollback(v2)  # and forward again: it served before
+    assert reg.current_version() == v2
+
+
+def test_the_verdict_states_both_figures_and_what_the_margin_asks_for():
+    """The old message said "worse than current 0.35 vs 0.35" with margin -0.2: both figures with four digits,
+    and the margin in words."""
+    cand = {"accuracy": 0.3512, "n": 200, "gold_sha256": "x"}
+    cur = {"accuracy": 0.3487, "n": 200, "gold_sha256": "x"}
+    res = Gate(margin=-0.2).decide(cand, cur, "demo-v1")
+    assert not res.promoted
+    assert "0.3512 vs 0.3487 for demo-v1 on 200 held-out mentions (+0.0025)" in res.reason
+    assert "asks for a gain of at least 0.2000" in res.reason and "sign test not run" in res.reason
+    assert res.summary().startswith("refused: worse than the gate allows")
+    assert Gate().decide(cand, cur, "demo-v1").summary().startswith("promoted: better")
+
+
+def test_paired_results_and_the_sign_test_by_hand():
+    # 10 mentions: both right on 4, only the candidate on 1, only the serving model on 5 -> p = 2 * P(X <= 1 | 6)
+    right_c = [True] * 4 + [True] + [False] * 5
+    right_s = [True] * 4 + [False] + [True] * 5
+    cand = [{"mention": f"m{i}", "correct": r} for i, r in enumerate(right_c)]
+    serv = [{"mention": f"m{i}", "correct": r} for i, r in reversed(list(enumerate(right_s)))]  # any order
+    paired = paired_results(cand, serv)
+    assert paired == {"n": 10, "only_candidate": 1, "only_current": 5, "sign_p": round(2 * 7 / 64, 4)}
+    assert paired_results(cand, []) is None
+    res = Gate(min_n=10).decide({"accuracy": 0.5, "n": 10, "gold_sha256": "x"},
+                                {"accuracy": 0.9, "n": 10, "gold_sha256": "x"}, "v1", paired)
+    assert (res.only_candidate, res.only_current, res.sign_p) == (1, 5, 0.2188) and not res.promoted
+
+
+def test_confidence_bands_are_the_lowest_confidences_reaching_each_precision():
+    # 100 held-out answers: the 40 most confident all right, the next 40 right 3 times in 4, the last 20 wrong
+    preds = ([{"confidence": 1 - i / 100, "correct": True} for i in range(40)]
+             + [{"confidence": 0.6 - i / 100, "correct": i % 4 != 0} for i in range(40)]
+             + [{"confidence": 0.1 - i / 1000, "correct": False} for i in range(20)])
+    b = confidence_bands(preds)
+    assert b["measured"] and b["n"] == 100
+    sure, likely = b["bands"]
+    assert sure["word"] == "sure" and sure["precision"] >= 0.95 and sure["min_confidence"] <= 0.61
+    assert likely["word"] == "likely" and likely["precision"] >= 0.80 and likely["min_confidence"] < sure["min_confidence"]
+    assert band_of(0.99, b)["word"] == "sure" and band_of(0.0, b)["word"] == "unsure"
+    assert band_of(0.5, confidence_bands(preds[:30])) is None  # too few held-out mentions: not measured
 
 
 def test_gold_set_change_needs_a_baseline(reg, models):
@@ -76,9 +178,9 @@ def test_gold_set_change_needs_a_baseline(reg, models):
     reg.promote(v1)
     other = dict(gm, gold_sha256="another gold set")
     v2 = reg.register(good, other)
-    res = reg.promote(v2)
-    assert not res.promoted and "another gold set" in res.reason
-    res = reg.promote(v2, baseline={"accuracy": gm["accuracy"] - 0.1})
+    res = reg.promote(v2, Gate(min_n=SMALL))
+    assert not res.promoted and "other held-out mentions" in res.reason
+    res = reg.promote(v2, Gate(min_n=SMALL), baseline={"accuracy": gm["accuracy"] - 0.1})
     assert res.promoted and res.current == pytest.approx(gm["accuracy"] - 0.1)
 
 
@@ -95,8 +197,6 @@ def test_rollback_to_an_earlier_version(reg, models):
     ev = reg.rollback(v1, by="lead", reason="v2 is worse")
     assert ev["from"] == v2 and reg.current_version() == v1
     assert reg.load().suggest("阑尾切除").model_version == v1
-    with pytest.raises(ValueError):
-        reg.rollback(v2)  # not earlier than the current v1: promote it instead
     with pytest.raises(KeyError):
         reg.rollback("nope")
     assert reg.history()[-1]["action"] == "rollback"
