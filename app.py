@@ -86,6 +86,7 @@ if auth.has_role(role, "lead"):
     pages["Gold data"] += [st.Page("pages/gold_tasks.py", title="Gold tasks", icon=":material/fact_check:"),
                            st.Page("pages/adjudicate.py", title="Adjudicate", icon=":material/gavel:")]
     pages["Lead"] = [st.Page("pages/review.py", title="Review", icon=":material/task_alt:"),
+                     st.Page("pages/auto_coding.py", title="Auto-coding", icon=":material/done_all:"),
                      st.Page("pages/dashboards.py", title="Dashboards", icon=":material/monitoring:"),
                      st.Page("pages/training.py", title="Training", icon=":material/model_training:"),
                      st.Page("pages/editions.py", title="Editions", icon=":material/difference:")]

@@ -7,12 +7,15 @@
   is what separates the output from the next candidate), combined with the
   *count* uncertainty ``1 - max P(count)`` when the engine exposes the count
   probabilities (approach A's count head), else ``1 - confidence``.
-* **Auto-accept threshold**: the lowest confidence t such that suggestions
-  with confidence >= t were exactly right on the gold set with precision >=
-  the target (default 0.98), over at least ``min_support`` mentions.
+* **Auto-accept threshold**: the lowest confidence t such that the lower end
+  of the 95% Clopper-Pearson interval of precision -- suggestions with
+  confidence >= t exactly right on the serving version's held-out mentions --
+  meets the target (default 0.98), over at least ``min_support`` mentions.
+  The bound, not the point estimate: a lead answers for the codes, and 49
+  right of 50 (98%) is compatible with 89%.
 * **Audit sample**: a random share (default 10%) of auto-coded mentions goes
   back to the coders' queue, so the auto-coded precision keeps being
-  measured on real traffic (:func:`audit_results`).
+  measured on real traffic (:func:`audit_results`, with the same interval).
 
 The pure functions need nothing but Suggestions; the two database functions
 (:func:`auto_code_with_audit`, :func:`audit_results`) use db.services and the
@@ -30,10 +33,13 @@ from termnorm.records import Suggestion
 
 #: Default target precision of auto-accepted suggestions (the lead can change it on the page).
 TARGET_PRECISION = 0.98
-#: At least this many gold mentions must lie at or above a threshold before its precision is trusted:
-#: with 50 mentions one error already moves precision by 2 points, i.e. the target's whole error
-#: budget at 0.98; fewer would let a single lucky run of right answers set the threshold.
+#: At least this many held-out mentions must lie at or above a threshold. The interval already asks for
+#: many at high targets (all right: 183 for 0.98, 72 for 0.95) but only 17 at 0.80; the held-out mentions
+#: are a sample of the case mix as well as of luck, and the interval covers only the luck, so 50 keeps a
+#: floor under every target (one error in 50 is the whole error budget of 0.98).
 MIN_SUPPORT = 50
+#: Two-sided level of every precision interval here (threshold and audit).
+CONFIDENCE_LEVEL = 0.95
 #: Share of auto-coded mentions routed back to coders as a random audit.
 AUDIT_SHARE = 0.10
 
@@ -89,59 +95,100 @@ def order_by_uncertainty(suggestions: Sequence[Suggestion]) -> list[int]:
 # ------------------------------------------------------------------------------------- auto-accept threshold
 @dataclass
 class ThresholdChoice:
-    """The chosen auto-accept threshold and what it means on the gold set."""
+    """The chosen auto-accept threshold and what it means on the held-out mentions."""
 
-    threshold: float | None  # None: no threshold reaches the target with enough support
+    threshold: float | None  # None: no threshold's lower bound reaches the target with enough support
     target: float
-    precision: float | None  # precision of gold suggestions with confidence >= threshold
-    coverage: float  # share of gold mentions that would be auto-accepted
-    support: int  # how many gold mentions lie at or above the threshold
-    n: int  # gold mentions considered
+    precision: float | None  # point precision of held-out suggestions with confidence >= threshold
+    lower: float | None  # its Clopper-Pearson interval at ``level``
+    upper: float | None
+    coverage: float  # share of held-out mentions that would be auto-accepted
+    support: int  # held-out mentions at or above the threshold
+    correct: int  # of them, exactly right
+    n: int  # held-out mentions considered
     min_support: int
+    level: float = CONFIDENCE_LEVEL
+    reason: str = ""  # why there is no threshold
 
     def summary(self) -> str:
         if self.threshold is None:
-            return (f"no threshold reaches precision {self.target:.1%} with >= {self.min_support} of "
-                    f"{self.n} gold mentions: auto-coding is not advised")
-        return (f"confidence >= {self.threshold:.4f}: precision {self.precision:.1%} on {self.support} gold "
-                f"mentions, coverage {self.coverage:.1%} of {self.n}")
+            return f"Auto-coding is not advised: {self.reason}."
+        return (f"Auto-code suggestions with confidence ≥ {self.threshold:.4f}: of the {self.support} held-out "
+                f"mentions at or above it, {self.correct} were exactly right (precision {self.precision:.1%}, "
+                f"{self.level:.0%} interval {self.lower:.1%}–{self.upper:.1%}, Clopper–Pearson). Even the low "
+                f"end {self.lower:.1%} meets the target {self.target:.1%}. It would auto-code {self.coverage:.1%} "
+                f"of the {self.n} held-out mentions.")
+
+
+def precision_interval(correct, support, level: float = CONFIDENCE_LEVEL):
+    """Clopper-Pearson interval of correct / support (vectorised; the same as
+    ``scipy.stats.binomtest(correct, support).proportion_ci(level, "exact")``): beta quantiles.
+
+    Clopper-Pearson rather than Wilson: its coverage is never below ``level`` for any n and p, while
+    Wilson's dips below it near p = 1, where a 0.98 target lives (Brown, Cai & DasGupta 2001).
+    """
+    from scipy.stats import beta
+
+    k = np.asarray(correct, dtype=float)
+    n = np.asarray(support, dtype=float)
+    a = (1.0 - level) / 2.0
+    # the beta parameters must be > 0: the clipped values are replaced by the closed-form ends 0 and 1
+    lo = np.where(k > 0, beta.ppf(a, np.maximum(k, 1.0), n - k + 1.0), 0.0)
+    hi = np.where(k < n, beta.ppf(1.0 - a, k + 1.0, np.maximum(n - k, 1.0)), 1.0)
+    if lo.ndim == 0:
+        return float(lo), float(hi)
+    return lo, hi
 
 
 def choose_threshold(confidences: Sequence[float], correct: Sequence[bool], target: float = TARGET_PRECISION,
-                     min_support: int = MIN_SUPPORT) -> ThresholdChoice:
-    """The lowest t with precision(confidence >= t) >= ``target`` over >= ``min_support`` mentions.
+                     min_support: int = MIN_SUPPORT, level: float = CONFIDENCE_LEVEL) -> ThresholdChoice:
+    """The lowest t whose precision(confidence >= t) has a Clopper-Pearson ``level`` lower bound >= ``target``
+    over >= ``min_support`` mentions; else no threshold, with the reason.
 
     Candidates for t are the observed confidences (a threshold between two
     observed values selects the same mentions as the next observed value).
-    Ties: every mention with confidence exactly t is included. Precision is not
-    monotone in t, so every candidate is checked (vectorised over the sorted list).
+    Ties: every mention with confidence exactly t is included. Neither the
+    precision nor its bound is monotone in t, so every candidate is checked
+    (vectorised over the sorted list).
     """
     conf = np.asarray(confidences, dtype=float)
     ok = np.asarray(correct, dtype=bool)
     if conf.shape != ok.shape:
         raise ValueError("confidences and correct differ in length")
     n = int(conf.size)
-    if n == 0:
-        return ThresholdChoice(None, target, None, 0.0, 0, 0, min_support)
+    if n < max(1, min_support):
+        return _refused(target, n, min_support, level,
+                        f"only {n} held-out mentions, fewer than the minimum support {min_support}")
     order = np.argsort(-conf, kind="stable")
     c, y = conf[order], ok[order]
     # the group of equal confidences ends at the last index with that value: cumulative counts there
     ends = np.r_[np.nonzero(np.diff(c))[0], n - 1]
     support = ends + 1
-    prec = np.cumsum(y)[ends] / support
-    good = np.nonzero((prec >= target) & (support >= min_support))[0]
+    right = np.cumsum(y)[ends]
+    lower, upper = precision_interval(right, support, level)
+    enough = support >= min_support
+    good = np.nonzero((lower >= target) & enough)[0]
     if len(good) == 0:
-        return ThresholdChoice(None, target, None, 0.0, 0, n, min_support)
+        b = int(np.argmax(np.where(enough, lower, -1.0)))
+        return _refused(target, n, min_support, level,
+                        f"no confidence threshold has a {level:.0%} lower bound of precision reaching "
+                        f"{target:.1%} over at least {min_support} of the {n} held-out mentions (the best: "
+                        f"{lower[b]:.1%} at confidence ≥ {c[ends[b]]:.4f}, {right[b]} of {support[b]} right)")
     g = good[-1]  # the lowest threshold = the longest qualifying prefix
-    return ThresholdChoice(float(c[ends[g]]), target, float(prec[g]), float(support[g] / n), int(support[g]), n,
-                           min_support)
+    return ThresholdChoice(float(c[ends[g]]), target, float(right[g] / support[g]), float(lower[g]),
+                           float(upper[g]), float(support[g] / n), int(support[g]), int(right[g]), n, min_support,
+                           level)
+
+
+def _refused(target: float, n: int, min_support: int, level: float, reason: str) -> ThresholdChoice:
+    return ThresholdChoice(None, target, None, None, None, 0.0, 0, 0, n, min_support, level, reason)
 
 
 def threshold_from_predictions(predictions: Sequence[dict], target: float = TARGET_PRECISION,
-                               min_support: int = MIN_SUPPORT) -> ThresholdChoice:
-    """:func:`choose_threshold` on a registry version's gold predictions (dicts with confidence, correct)."""
+                               min_support: int = MIN_SUPPORT, level: float = CONFIDENCE_LEVEL) -> ThresholdChoice:
+    """:func:`choose_threshold` on a registry version's held-out predictions (dicts with confidence, correct)."""
     return choose_threshold([p["confidence"] for p in predictions], [bool(p["correct"]) for p in predictions],
-                            target, min_support)
+                            target, min_support, level)
 
 
 def coverage_at(confidences: Sequence[float], threshold: float | None) -> float:
@@ -165,57 +212,84 @@ def audit_sample(ids: Sequence[int], share: float = AUDIT_SHARE, seed: int | Non
 
 # ------------------------------------------------------------------------------------- database side
 AUDIT_ACTION = "audit_sample"
+#: Audited mention ids per query of :func:`audit_results` (SQLite allows 32,766 bound parameters).
+_ID_CHUNK = 10_000
 
 
 def auto_code_with_audit(s, batch_id: int, min_confidence: float, username: str, audit_share: float = AUDIT_SHARE,
-                         seed: int | None = None) -> dict:
-    """Auto-code the batch (db.services.auto_code) and send a random audit share back to the coders.
+                         seed: int | None = None, *, model_version: str) -> dict:
+    """Auto-code the batch (db.services.auto_code: a lead, the serving ``model_version`` only) and send a random
+    audit share back to the coders, in one transaction.
 
     The audited mentions keep their ``auto`` decision (so the audit can
     compare it with the coder's answer) but get status ``suggested`` again, so
     they reappear in every coder's queue; the next coder decision supersedes the
-    auto one. An audit-log entry lists them. Returns
-    ``{"auto_coded": n, "audit": [mention ids], "kept": n - len(audit)}``.
+    auto one. An audit-log entry lists them. Returns auto_code's counts plus
+    ``audit`` (mention ids) and ``kept`` (auto-coded and not audited).
     """
     from sqlalchemy import select
 
-    from db import services
+    from db import auth, services
     from db.models import AuditLog, Mention
 
-    before = {m["id"] for m in services.mentions(s, batch_id, status="auto_coded")}
-    n = services.auto_code(s, batch_id, min_confidence, username)
-    after = [m["id"] for m in services.mentions(s, batch_id, status="auto_coded") if m["id"] not in before]
-    audit = audit_sample(after, audit_share, seed)
+    # one commit for both: a crash in between would leave auto-codes that no audit ever samples
+    res = services.auto_code(s, batch_id, min_confidence, username, model_version=model_version, commit=False)
+    audit = audit_sample(res["mention_ids"], audit_share, seed)
     if audit:
-        user = services.ensure_user(s, username)
+        user = auth.require(s, username, "lead")
         for m in s.scalars(select(Mention).where(Mention.id.in_(audit))):
             m.status = "suggested"
         s.add(AuditLog(user_id=user.id, username=user.username, action=AUDIT_ACTION, object_type="batch",
                        object_id=batch_id, details={"mention_ids": audit, "share": float(audit_share),
-                                                    "min_confidence": float(min_confidence), "auto_coded": n}))
-        s.commit()
-    return {"auto_coded": n, "audit": audit, "kept": n - len(audit)}
+                                                    "min_confidence": float(min_confidence),
+                                                    "model_version": model_version,
+                                                    "auto_coded": res["auto_coded"]}))
+    s.commit()
+    return {**res, "audit": audit, "kept": res["auto_coded"] - len(audit)}
 
 
-def audit_results(s, batch_id: int | None = None) -> dict:
-    """Precision of auto-coding measured by the audit: of audited mentions a coder has since decided,
-    how many got exactly the auto-coded terms. Returns ``{"audited", "decided", "agreed", "precision"}``."""
+def _audit_verdict(decisions: list, model_version: str | None) -> str:
+    """One audited mention's outcome from its decisions (oldest first): ``other`` (its last auto-code is not of
+    ``model_version``), ``open`` (no coder has re-decided it), else ``agreed`` / ``disagreed``: whether the
+    coder's latest answer (accept / correct / reject) kept exactly the auto-coded terms."""
+    auto = next((d for d in reversed(decisions) if d.action == "auto"), None)
+    if auto is None or (model_version is not None and auto.model_version != model_version):
+        return "other"
+    later = [d for d in decisions if d.id > auto.id and d.action in ("accept", "correct", "reject")]
+    if not later:
+        return "open"
+    kept = later[-1].action != "reject" and set(later[-1].terms) == set(auto.terms)
+    return "agreed" if kept else "disagreed"
+
+
+def audit_results(s, batch_id: int | None = None, model_version: str | None = None,
+                  level: float = CONFIDENCE_LEVEL) -> dict:
+    """Precision of auto-coding measured by the audit: of audited mentions a coder has since decided, how
+    many kept exactly the auto-coded terms, with its Clopper-Pearson interval (:func:`precision_interval`).
+
+    ``model_version``: only mentions auto-coded by that version (another version's audit says nothing about
+    this one). Two queries: the audit-log entries, then the audited mentions' decisions. Returns
+    ``{"audited", "decided", "agreed", "precision", "lower", "upper", "level"}`` (None without a decided one).
+    """
     from sqlalchemy import select
 
     from db.models import AuditLog, Decision
 
-    q = select(AuditLog.details, AuditLog.object_id).where(AuditLog.action == AUDIT_ACTION)
+    q = select(AuditLog.details).where(AuditLog.action == AUDIT_ACTION)
     if batch_id is not None:
         q = q.where(AuditLog.object_type == "batch", AuditLog.object_id == batch_id)
-    ids = sorted({int(i) for det, _ in s.execute(q) for i in (det or {}).get("mention_ids", [])})
-    decided = agreed = 0
-    for mid in ids:
-        ds = s.scalars(select(Decision).where(Decision.mention_id == mid).order_by(Decision.id)).all()
-        auto = next((d for d in reversed(ds) if d.action == "auto"), None)
-        later = [d for d in ds if auto is not None and d.id > auto.id and d.action in ("accept", "correct", "reject")]
-        if auto is None or not later:
-            continue
-        decided += 1
-        agreed += set(later[-1].terms) == set(auto.terms) and later[-1].action != "reject"
-    return {"audited": len(ids), "decided": decided, "agreed": agreed,
-            "precision": agreed / decided if decided else None}
+    ids = sorted({int(i) for det in s.scalars(q) for i in (det or {}).get("mention_ids", [])})
+    by_mention: dict[int, list] = {}
+    for k in range(0, len(ids), _ID_CHUNK):
+        rows = s.execute(select(Decision.mention_id, Decision.id, Decision.action, Decision.terms,
+                                Decision.model_version)
+                         .where(Decision.mention_id.in_(ids[k:k + _ID_CHUNK])).order_by(Decision.id))
+        for r in rows:
+            by_mention.setdefault(r.mention_id, []).append(r)
+    verdicts = [_audit_verdict(by_mention.get(mid, []), model_version) for mid in ids]
+    audited = sum(v != "other" for v in verdicts)
+    decided = sum(v in ("agreed", "disagreed") for v in verdicts)
+    agreed = verdicts.count("agreed")
+    lower, upper = precision_interval(agreed, decided, level) if decided else (None, None)
+    return {"audited": audited, "decided": decided, "agreed": agreed,
+            "precision": agreed / decided if decided else None, "lower": lower, "upper": upper, "level": level}

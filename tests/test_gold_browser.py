@@ -84,7 +84,7 @@ def build_history(url: str) -> dict:
         s.commit()
         # without a fitted ranker the engine's confidence is uncalibrated and at most 0.5: 0.3 auto-codes
         # enough of the last 39 demo mentions for the eight audits below
-        n_auto = services.auto_code(s, bid, 0.3, "lead1")
+        n_auto = services.auto_code(s, bid, 0.3, "lead1", model_version=engine.model_version)["auto_coded"]
         audited = [m for m in services.mentions(s, bid, status="auto_coded")][:8]
         for m in audited:
             services.record_decision(s, m["id"], "zhang", "correct", gold_of[m["text"]], seconds=15)
