@@ -2,9 +2,10 @@
 
 Import accepts CSV, XLSX and CHIP-CDN JSON (``db.services.import_mentions``):
 bad rows are listed (file, row, problem) and never block the good ones.
-Pre-suggestion runs the engine over a whole batch (``engine.suggest_batch``)
-and stores every suggestion, so coders only read the database. Export gives
-the latest decisions of a batch as CSV, XLSX, JSONL, CHIP-CDN JSON, a FHIR R5
+Pre-suggestion runs the serving engine over a whole batch in a background job
+(``db.suggest_jobs``; progress in ``pages/_jobs.py``) and stores every
+suggestion, so coders only read the database. Export gives the latest
+decisions of a batch as CSV, XLSX, JSONL, CHIP-CDN JSON, a FHIR R5
 ConceptMap or an OMOP SOURCE_TO_CONCEPT_MAP (``db.exports.export_batch``): the
 file is built by "Prepare the export", then downloaded as ready bytes.
 """
@@ -15,8 +16,9 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from db import exports, services
-from pages import _ui
+from db import exports, services, suggest_jobs
+from pages import _jobs, _ui
+from termnorm.jobs import JobBusy, JobRunner
 
 FORMATS = {  # label -> db.exports format
     "CSV": "csv",
@@ -64,10 +66,10 @@ c[1].button("Import", type="primary", on_click=on_import, width="stretch")
 report = st.session_state.get("import_report")
 if report is not None:
     if report.batch_id is not None:
-        st.success(f"{report.file}: {report.n_imported} mention(s) imported as batch #{report.batch_id}.")
+        st.success(f"{_ui.md(report.file)}: {report.n_imported} mention(s) imported as batch #{report.batch_id}.")
     else:
         why = "; ".join(e.problem for e in report.file_problems) or "every row was rejected (see the table below)"
-        st.error(f"{report.file}: nothing imported: {why}")
+        st.error(f"{_ui.md(report.file)}: nothing imported: {_ui.md(why)}")
     c = st.columns(4)
     c[0].metric("Rows read", report.n_read)
     c[1].metric("Imported", report.n_imported)
@@ -84,22 +86,33 @@ if report is not None:
                      hide_index=True, width="stretch")
 
 # ---------------------------------------------------------------- pre-suggestion
+# A background job (db.suggest_jobs), never this script: on a 50,000-row batch the engine runs for
+# minutes, and coders on the same vocabulary must not wait for it.
+def on_precompute(batch_id: int) -> None:
+    try:
+        job = suggest_jobs.start_precompute(ctx.url, batch_id, by=ctx.username, runner=JobRunner())
+    except JobBusy as e:
+        _ui.flash("error", f"Not started: {e}. Wait for it to finish or cancel it below.")
+        return
+    _ui.flash("toast", f"Pre-computing suggestions in the background (job {job}).")
+
+
 st.subheader("Pre-compute suggestions")
 current = next((b for b in batch_list if b["id"] == ctx.batch_id), None)
 if current is not None:
-    st.caption(f'Runs the engine once over the waiting mentions of **{_ui.esc(current["name"])}** (the sidebar '
-               "batch) and stores every suggestion, so coders only read the database.")
-    if st.button("Suggest for every waiting mention", key="suggest_all"):
-        with _ui.session() as s:
-            waiting = services.mentions(s, current["id"], status=services.OPEN_STATUSES)
-            bar = st.progress(0.0, text="suggesting…")
-
-            def progress(done: int, total: int) -> None:
-                bar.progress(done / total if total else 1.0, text=f"suggesting… {done} / {total}")
-
-            ctx.holder().suggest_and_store(s, [m["id"] for m in waiting], [m["text"] for m in waiting],
-                                           progress=progress)
-        bar.progress(1.0, text=f"{len(waiting)} suggestion(s) stored")
+    st.caption(f'Suggests, in the background, for every waiting mention of **{_ui.esc(current["name"])}** (the '
+               "sidebar batch) that has no suggestion of the serving model yet, and stores them, so coders only "
+               "read the database. Coding goes on meanwhile; a cancelled run resumes where it stopped.")
+    jobs_runner = JobRunner()
+    busy = suggest_jobs.active(jobs_runner, ctx.vocabulary_id)
+    st.button("Suggest for every waiting mention", key="suggest_all", on_click=on_precompute,
+              args=(current["id"],), disabled=busy is not None,
+              help="Runs as a background job: one suggestion job per vocabulary at a time.")
+    if busy is not None:
+        st.caption(f"A suggestion job is running for this vocabulary ({busy.get('title', busy['id'])}): "
+                   "a new one can start when it ends.")
+    _jobs.panel(jobs_runner, "suggest_job", result=_jobs.suggestion_outcome,
+                lock=suggest_jobs.lock(ctx.vocabulary_id))  # this vocabulary's suggestion jobs only
 else:
     st.caption("No batch yet.")
 

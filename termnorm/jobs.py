@@ -3,12 +3,20 @@
 A job is a separate Python process (``python -m termnorm.jobs run <folder>``)
 started in its own session (``start_new_session``: its own process group, no
 controlling terminal), so Streamlit reruns, page reloads and browser sessions
-come and go while it runs; the page only reads the job's status file. One
-job runs at a time (a lock file in the jobs root).
+come and go while it runs; the page only reads the job's status file.
+
+Jobs exclude each other by a **lock key** (one lock file per key): one job per
+key at a time, jobs of different keys side by side -- e.g. ``retrain:<vocabulary
+id>`` and ``suggest:<vocabulary id>`` (:func:`lock_key`), so retraining one
+vocabulary never stops a lead pre-computing suggestions for another. A job
+started without a key holds :data:`DEFAULT_LOCK` (``running.lock``), the one
+lock of earlier versions. Tags (``kind``, ``vocabulary_id``, ...) are stored
+with the job; :meth:`JobRunner.latest` / :meth:`JobRunner.active` filter on
+them, so a page shows only its own vocabulary's jobs.
 
 Per job, a folder ``<root>/<job id>/`` holds::
 
-    job.json      what to run: target "module:function", params
+    job.json      what to run: target "module:function", params, lock key, tags
     status.json   state (queued / running / done / failed / cancelled), progress
                   fraction, message, metrics, pid, times -- replaced atomically
     job.log       the worker's stdout + stderr (tqdm bars, tracebacks)
@@ -39,6 +47,7 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 from termnorm.registry import REPO, file_lock, read_json, utc_now, write_json_atomic
 
@@ -56,8 +65,12 @@ CANCEL_GRACE_S = 5.0
 NICENESS = 10
 
 
+#: The lock key of a job started without one (the single lock of earlier versions: running.lock).
+DEFAULT_LOCK = "default"
+
+
 class JobBusy(RuntimeError):
-    """Another job is running (one at a time)."""
+    """Another job holding the same lock key is running."""
 
 
 class JobCancelled(BaseException):
@@ -138,14 +151,42 @@ def detect_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def lock_key(kind: str, vocabulary_id) -> str:
+    """The lock key of ``kind`` work on one vocabulary, e.g. ``retrain:3``."""
+    return f"{kind}:{vocabulary_id}"
+
+
+def _matches(st: dict, filters: dict) -> bool:
+    """Does a status match every filter? ``lock`` is the lock key, anything else a tag; a tuple / list / set
+    value means "any of these". Values compare as text (a vocabulary id may come back as a string)."""
+    tags = st.get("tags") or {}
+    for name, want in filters.items():
+        have = st.get("lock", DEFAULT_LOCK) if name == "lock" else tags.get(name)
+        wants = want if isinstance(want, (tuple, list, set, frozenset)) else (want,)
+        if have is None or str(have) not in {str(w) for w in wants}:
+            return False
+    return True
+
+
 # ------------------------------------------------------------------------------------- the runner
 class JobRunner:
-    """Start, watch and cancel background jobs under one root folder (one job at a time)."""
+    """Start, watch and cancel background jobs under one root folder (one job per lock key at a time)."""
 
     def __init__(self, root=None):
         self.root = Path(root) if root is not None else default_root()
-        self.lock_path = self.root / "running.lock"
+        self.lock_path = self.root / "running.lock"  # the default key's lock
+        self.locks_dir = self.root / "locks"  # the other keys' locks
         self.guard_path = self.root / ".guard"  # serialises lock acquisition between processes
+
+    def lock_file(self, lock: str | None = None) -> Path:
+        """The lock file of a key (quoted into a file name: keys hold ``:``)."""
+        if lock in (None, DEFAULT_LOCK):
+            return self.lock_path
+        return self.locks_dir / (quote(str(lock), safe="") + ".lock")
+
+    def _lock_of(self, job_id: str) -> str:
+        spec = read_json(self.folder(job_id) / "job.json") or {}
+        return spec.get("lock") or DEFAULT_LOCK
 
     # -- paths / files -----------------------------------------------------------------
     def folder(self, job_id: str) -> Path:
@@ -175,20 +216,21 @@ class JobRunner:
             return st
 
     # -- lock ---------------------------------------------------------------------------
-    def _lock_holder(self) -> dict | None:
+    def _lock_holder(self, path: Path | None = None) -> dict | None:
+        path = path or self.lock_path
         try:
-            return json.loads(self.lock_path.read_text(encoding="utf-8"))
+            return json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return None
         except (json.JSONDecodeError, OSError):
             return {"job_id": None, "torn": True}
 
-    def _lock_is_stale(self, holder: dict) -> bool:
+    def _lock_is_stale(self, holder: dict, path: Path | None = None) -> bool:
         job_id = holder.get("job_id")
         if not job_id:
             # torn / empty lock: stale once older than the queued grace period
             try:
-                age = time.time() - self.lock_path.stat().st_mtime
+                age = time.time() - (path or self.lock_path).stat().st_mtime
             except FileNotFoundError:
                 return True
             return age > QUEUED_GRACE_S
@@ -196,41 +238,56 @@ class JobRunner:
         return st is None or st.get("state") in FINAL
 
     def _release(self, job_id: str) -> None:
+        path = self.lock_file(self._lock_of(job_id))
         with _guard(self.guard_path):
-            holder = self._lock_holder()
+            holder = self._lock_holder(path)
             if holder is not None and holder.get("job_id") in (job_id, None):
                 try:
-                    self.lock_path.unlink()
+                    path.unlink()
                 except FileNotFoundError:
                     pass
 
+    def _lock_files(self) -> list[Path]:
+        return [self.lock_path, *sorted(self.locks_dir.glob("*.lock"))] if self.locks_dir.exists() \
+            else [self.lock_path]
+
     # -- public API -------------------------------------------------------------------------
-    def start(self, target: str, params: dict | None = None, title: str = "", niceness: int = NICENESS) -> str:
+    def start(self, target: str, params: dict | None = None, title: str = "", niceness: int = NICENESS,
+              lock: str | None = None, tags: dict | None = None) -> str:
         """Start ``target`` ("package.module:function") in a detached worker; returns the job id.
 
-        Raises JobBusy when another job is alive (a stale lock is recovered first).
+        ``lock``: the key this job holds (default :data:`DEFAULT_LOCK`); ``tags``: JSON values stored with
+        it for :meth:`latest` / :meth:`active` (``kind``, ``vocabulary_id``, ...). Raises JobBusy when
+        another job holding ``lock`` is alive (a stale lock is recovered first).
         """
         if ":" not in target:
             raise ValueError(f"target must be 'module:function', got {target!r}")
-        self.root.mkdir(parents=True, exist_ok=True)
-        job_id = time.strftime("%Y%m%d-%H%M%S-", time.gmtime()) + uuid.uuid4().hex[:6]
+        lock = str(lock or DEFAULT_LOCK)
+        tags = dict(tags or {})
+        path = self.lock_file(lock)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        now = time.time()  # milliseconds in the id: jobs sort newest first, even two started in one second
+        job_id = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now)) + f"{int(now * 1000) % 1000:03d}-" \
+            + uuid.uuid4().hex[:6]
         with _guard(self.guard_path):
-            holder = self._lock_holder()
+            holder = self._lock_holder(path)
             if holder is not None:
-                if not self._lock_is_stale(holder):
-                    raise JobBusy(f"job {holder.get('job_id')} is running; one job at a time")
-                self.lock_path.unlink(missing_ok=True)
-            fd = os.open(self.lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                if not self._lock_is_stale(holder, path):
+                    raise JobBusy(self._busy_message(holder.get("job_id"), lock))
+                path.unlink(missing_ok=True)
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             with os.fdopen(fd, "w") as f:
-                json.dump({"job_id": job_id, "created": utc_now()}, f)
+                json.dump({"job_id": job_id, "lock": lock, "created": utc_now()}, f)
                 f.flush()
                 os.fsync(f.fileno())
             folder = self.folder(job_id)
             folder.mkdir(parents=True)
             write_json_atomic(folder / "job.json", {"id": job_id, "target": target, "params": params or {},
-                                                    "title": title or target, "niceness": niceness})
+                                                    "title": title or target, "niceness": niceness,
+                                                    "lock": lock, "tags": tags})
             write_json_atomic(folder / "status.json", {
-                "id": job_id, "title": title or target, "target": target, "state": "queued", "progress": 0.0,
+                "id": job_id, "title": title or target, "target": target, "lock": lock, "tags": tags,
+                "state": "queued", "progress": 0.0,
                 "message": "starting", "metrics": {}, "pid": None, "pid_start": None, "created": utc_now(),
                 "started": None, "finished": None, "updated": utc_now(), "error": None, "device": None})
         try:
@@ -251,6 +308,12 @@ class JobRunner:
         self.update(job_id, pid=proc.pid, pid_start=_proc_start(proc.pid))
         return job_id
 
+    def _busy_message(self, job_id: str | None, lock: str) -> str:
+        st = self._read_status(job_id) if job_id else None
+        what = f"“{st.get('title')}” (job {job_id})" if st else f"job {job_id}"
+        since = f", started {st['created']}" if st and st.get("created") else ""
+        return f"{what} is running{since}; one {lock} job at a time"
+
     def status(self, job_id: str) -> dict | None:
         """The job's status; a running / queued job whose process is gone is marked failed first."""
         st = self._read_status(job_id)
@@ -269,32 +332,49 @@ class JobRunner:
         self._release(job_id)
         return st
 
-    def jobs(self, limit: int = 20) -> list[dict]:
-        """The newest jobs first (statuses checked for dead workers)."""
+    def jobs(self, limit: int = 20, **filters) -> list[dict]:
+        """The newest jobs first (statuses checked for dead workers), those matching ``filters`` only
+        (``lock=`` key, or tags such as ``kind=``, ``vocabulary_id=``; a tuple means any of them)."""
         if not self.root.exists():
             return []
         ids = sorted((p.name for p in self.root.iterdir() if (p / "status.json").exists()), reverse=True)
         out = []
-        for j in ids[:limit]:
+        for j in ids:
+            if len(out) >= limit:
+                break
+            raw = self._read_status(j)  # filter on the stored tags before the liveness check
+            if raw is None or not _matches(raw, filters):
+                continue
             st = self.status(j)
             if st is not None:
                 out.append(st)
         return out
 
-    def active(self) -> dict | None:
-        """The status of the job holding the lock if it is alive (recovering a stale lock), else None."""
-        holder = self._lock_holder()
-        if holder is None:
-            return None
-        if self._lock_is_stale(holder):
-            with _guard(self.guard_path):
-                if self._lock_holder() == holder:
-                    self.lock_path.unlink(missing_ok=True)
-            return None
-        return self.status(holder["job_id"])
+    def running(self, **filters) -> list[dict]:
+        """Every live job holding a lock (stale locks recovered), newest first, filtered as in :meth:`jobs`."""
+        out = []
+        for path in self._lock_files():
+            holder = self._lock_holder(path)
+            if holder is None:
+                continue
+            if self._lock_is_stale(holder, path):
+                with _guard(self.guard_path):
+                    if self._lock_holder(path) == holder:
+                        path.unlink(missing_ok=True)
+                continue
+            st = self.status(holder["job_id"])
+            if st is not None and st.get("state") not in FINAL and _matches(st, filters):
+                out.append(st)
+        return sorted(out, key=lambda st: st["id"], reverse=True)
 
-    def latest(self) -> dict | None:
-        js = self.jobs(limit=1)
+    def active(self, **filters) -> dict | None:
+        """The newest live job matching ``filters`` (any lock; see :meth:`jobs`), else None."""
+        live = self.running(**filters)
+        return live[0] if live else None
+
+    def latest(self, **filters) -> dict | None:
+        """The newest job matching ``filters`` (e.g. ``kind="retrain", vocabulary_id=3``), whatever its state."""
+        js = self.jobs(limit=1, **filters)
         return js[0] if js else None
 
     def log(self, job_id: str, tail: int = 200) -> str:
@@ -404,8 +484,9 @@ def run_worker(folder) -> int:
         raise JobCancelled()
 
     signal.signal(signal.SIGTERM, on_term)
-    try:
-        os.nice(int(spec.get("niceness", NICENESS)))
+    try:  # the niceness asked for, not added to the starter's: a job started by a job (a promotion's
+        # re-scoring) would otherwise run at 19 and make no headway on a busy machine
+        os.nice(max(0, int(spec.get("niceness", NICENESS)) - os.nice(0)))
     except OSError:
         pass
     ctx = JobContext(runner, job_id)

@@ -1,4 +1,4 @@
-"""The background job runner with real worker processes: start, progress, one at a time, cancel, crash."""
+"""The background job runner with real worker processes: start, progress, one job per lock key, cancel, crash."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from termnorm.jobs import FINAL, JobBusy, JobRunner, pid_alive
+from termnorm.jobs import FINAL, JobBusy, JobRunner, lock_key, pid_alive
 
 SLEEP = "termnorm.jobs:sleep_job"
 
@@ -120,3 +120,80 @@ def test_bad_target_is_refused(runner):
     job = runner.start("termnorm.jobs:no_such_function", {})
     st = runner.wait(job, 20)
     assert st["state"] == "failed" and "no_such_function" in st["error"]
+
+
+# ------------------------------------------------------------------ one job per lock key
+def test_jobs_of_different_keys_run_side_by_side_and_the_same_key_is_busy(runner):
+    retrain = runner.start(SLEEP, {"seconds": 20, "steps": 20}, lock=lock_key("retrain", 1),
+                           tags={"kind": "retrain", "vocabulary_id": 1})
+    suggest = runner.start(SLEEP, {"seconds": 20, "steps": 20}, lock=lock_key("suggest", 2),
+                           tags={"kind": "precompute", "vocabulary_id": 2})
+    wait_for(lambda: all(runner.status(j)["state"] == "running" for j in (retrain, suggest)))
+    with pytest.raises(JobBusy, match="retrain:1"):
+        runner.start(SLEEP, {"seconds": 1}, lock="retrain:1", tags={"kind": "retrain", "vocabulary_id": 1})
+    legacy = runner.start(SLEEP, {"seconds": 20, "steps": 20})  # no key: the default lock, free as before
+    with pytest.raises(JobBusy):
+        runner.start(SLEEP, {"seconds": 1})
+    assert {j["id"] for j in runner.running()} == {retrain, suggest, legacy}
+    assert runner.active(vocabulary_id=1)["id"] == retrain
+    assert runner.active(kind="precompute", vocabulary_id=1) is None
+    assert runner.active(lock="suggest:2")["id"] == suggest
+    runner.cancel(retrain, grace_s=2)
+    assert runner.status(suggest)["state"] == "running"  # cancelling one key leaves the others alone
+    assert not runner.lock_file("retrain:1").exists() and runner.lock_file("suggest:2").exists()
+    again = runner.start(SLEEP, {"seconds": 0.2, "steps": 1}, lock="retrain:1",
+                         tags={"kind": "retrain", "vocabulary_id": 1})
+    assert runner.wait(again, 20)["state"] == "done"
+    for j in (suggest, legacy):
+        runner.cancel(j, grace_s=2)
+    assert runner.running() == [] and runner.active() is None
+
+
+def test_listing_is_filtered_by_vocabulary_and_kind(runner):
+    """The Training page of vocabulary 1 must not show vocabulary 2's failed job."""
+    ok = runner.start(SLEEP, {"seconds": 0.1, "steps": 1}, lock="retrain:1",
+                      tags={"kind": "retrain", "vocabulary_id": 1})
+    runner.wait(ok, 20)
+    failed = runner.start(SLEEP, {"seconds": 0.2, "steps": 2, "fail_at": 1}, lock="retrain:2",
+                          tags={"kind": "retrain", "vocabulary_id": 2})
+    runner.wait(failed, 20)
+    pre = runner.start(SLEEP, {"seconds": 0.1, "steps": 1}, lock="suggest:1",
+                       tags={"kind": "precompute", "vocabulary_id": 1})
+    runner.wait(pre, 20)
+    assert runner.latest()["id"] == pre  # unfiltered: any job, as before
+    assert runner.latest(kind="retrain", vocabulary_id=1)["id"] == ok
+    assert runner.latest(kind="retrain", vocabulary_id="2")["state"] == "failed"  # ids compare as text
+    assert runner.latest(vocabulary_id=1)["id"] == pre
+    assert runner.latest(kind=("precompute", "rescore"), vocabulary_id=1)["id"] == pre
+    assert runner.latest(kind="retrain", vocabulary_id=3) is None
+    assert [j["id"] for j in runner.jobs(vocabulary_id=1)] == [pre, ok]
+    st = runner.status(pre)
+    assert st["lock"] == "suggest:1" and st["tags"] == {"kind": "precompute", "vocabulary_id": 1}
+
+
+def test_a_crashed_job_frees_only_its_own_key(runner):
+    a = runner.start(SLEEP, {"seconds": 30, "steps": 30}, lock="suggest:1")
+    b = runner.start(SLEEP, {"seconds": 30, "steps": 30}, lock="suggest:2")
+    st = wait_for(lambda: (s := runner.status(a))["state"] == "running" and s)
+    os.kill(st["pid"], signal.SIGKILL)
+    wait_for(lambda: not pid_alive(st["pid"], st["pid_start"]))
+    assert [j["id"] for j in runner.running()] == [b]  # the reader recovered a's stale lock
+    assert runner.status(a)["state"] == "failed" and not runner.lock_file("suggest:1").exists()
+    with pytest.raises(JobBusy):
+        runner.start(SLEEP, {"seconds": 1}, lock="suggest:2")
+    runner.cancel(b, grace_s=2)
+
+
+def test_a_job_started_by_a_job_runs_at_the_same_niceness(runner):
+    """A promotion's re-scoring is started from the retraining job (niceness 10): it runs at 10, not 19."""
+    import subprocess
+    import sys
+
+    code = ("import os, sys; os.nice(10); from termnorm.jobs import JobRunner; "
+            "print(JobRunner(sys.argv[1]).start('termnorm.jobs:sleep_job', {'seconds': 20, 'steps': 20}))")
+    job = subprocess.run([sys.executable, "-c", code, str(runner.root)], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    st = wait_for(lambda: (s := runner.status(job))["state"] == "running" and s)
+    nice = int(open(f"/proc/{st['pid']}/stat").read().rsplit(")", 1)[1].split()[16])
+    assert nice == 10
+    runner.cancel(job, grace_s=2)
