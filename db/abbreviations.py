@@ -59,6 +59,25 @@ def add_abbreviation(s: Session, vocabulary_id: int | None, abbreviation: str, e
     return True
 
 
+def import_list(s: Session, vocabulary_id: int | None, pairs, username: str) -> int:
+    """Store an abbreviation list file's pairs (source ``list``) in one transaction; returns how many were new."""
+    have = {(a.lower(), e) for a, e in abbreviations(s, vocabulary_id)}
+    user = _user(s, username)
+    new = []
+    for abbreviation, expansion in pairs:
+        abbreviation, expansion = str(abbreviation).strip(), str(expansion).strip()
+        key = (abbreviation.lower(), expansion)
+        if abbreviation and expansion and len(abbreviation) <= ABBREVIATION_LEN and key not in have:
+            have.add(key)
+            new.append(Abbreviation(vocabulary_id=vocabulary_id, abbreviation=abbreviation, expansion=expansion,
+                                    source="list", added_by_id=user.id))
+    s.add_all(new)
+    if new:
+        _audit(s, user, "import_abbreviations", "vocabulary", vocabulary_id, {"n": len(new)})
+    s.commit()
+    return len(new)
+
+
 def abbreviations(s: Session, vocabulary_id: int | None) -> list[tuple[str, str]]:
     """(abbreviation, expansion) pairs of the vocabulary and the global ones, oldest first (replayed into the
     engine at start)."""

@@ -445,7 +445,11 @@ def _from_table(fname, rows, header_problem, nul_rows: Collection[int] = ()) -> 
     """Rows of a CSV / TSV / XLSX sheet; ``nul_rows``: lines whose NUL bytes were removed before parsing."""
     if header_problem:
         return _failed(fname, header_problem)
-    rows = [(i, c) for i, c in rows if isinstance(c, str) or any(x.strip() for x in c)]  # blank lines are not rows
+    kept = [(i, c) for i, c in rows if isinstance(c, str) or any(x.strip() for x in c)]  # blank lines are not rows
+    # ...but a blank line between the header and the last row is named: it may be a row someone emptied
+    blank = [i for i, c in rows if kept and kept[0][0] < i < kept[-1][0] and not isinstance(c, str)
+             and not any(x.strip() for x in c)]
+    rows = kept
     if not rows:
         return _failed(fname, "no header row")
     head_row, header = rows[0]
@@ -460,6 +464,10 @@ def _from_table(fname, rows, header_problem, nul_rows: Collection[int] = ()) -> 
         return _failed(fname, f"no data rows below the header (row {head_row})")
     tcol = _column(header, TERMS_COLUMNS)
     out = MentionsRead(fname, n_read=len(rows) - 1)
+    if blank:
+        shown = ", ".join(map(str, blank[:20])) + (f" and {len(blank) - 20} more" if len(blank) > 20 else "")
+        out.notices.append(ImportProblem(fname, None, f"{len(blank)} blank row(s) skipped (no cell filled): "
+                                                      f"row {shown}"))
     for row, cells in rows[1:]:
         if isinstance(cells, str):
             out.errors.append(ImportProblem(fname, row, cells))

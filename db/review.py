@@ -19,7 +19,7 @@ import pandas as pd
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from db import auth, services
+from db import auth, serving, services
 from db.models import AppSetting, Decision, Mention, REVIEW_STATUSES, utcnow
 
 SELF_APPROVAL = "allow_self_approval"
@@ -123,6 +123,9 @@ def send_back(s: Session, decision_ids: Iterable[int], username: str, note: str)
         m.status = services.REREVIEW
         m.claimed_by = m.claimed_at = None
         sent.append(d.id)
+    # the engines learnt these decisions (sieve, history recall) and cannot unlearn them: rebuild them
+    for vid in {s.get(Mention, d.mention_id).batch.vocabulary_id for d in _decisions(s, sent, [])}:
+        serving.bump_history_epoch(s, vid)
     services._audit(s, lead, "send_back", "decision", None,
                     {"sent_back": sent, "refused": [list(r) for r in refused], "note": note})
     s.commit()

@@ -31,7 +31,7 @@ from urllib.parse import quote
 import pandas as pd
 from sqlalchemy import Engine, case, create_engine, event, func, insert, select, update
 from sqlalchemy.orm import Session, aliased, selectinload, sessionmaker
-from sqlalchemy.pool import StaticPool
+from sqlalchemy.pool import NullPool, StaticPool
 
 from db import io as dbio
 from db.models import (
@@ -159,11 +159,53 @@ def init_db(url: str | None = None) -> Engine:
             cfg = Config(str(ALEMBIC_INI))
             cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
             cfg.attributes["configure_logger"] = False  # leave the app's logging alone
-            with eng.begin() as conn:
-                cfg.attributes["connection"] = conn
-                command.upgrade(cfg, "head")
+            if url.startswith("sqlite") and url not in ("sqlite://", "sqlite:///:memory:"):
+                _upgrade_sqlite(url, cfg, eng)
+            else:
+                with eng.begin() as conn:
+                    cfg.attributes["connection"] = conn
+                    command.upgrade(cfg, "head")
             _migrated.add(url)
     return eng
+
+
+def _upgrade_sqlite(url: str, cfg, app_engine: Engine) -> None:
+    """Alembic ``upgrade head`` on SQLite: all or nothing, with foreign keys off while tables are copied.
+
+    SQLite alters a table by copying it (Alembic batch mode), which fails with foreign keys enforced once
+    other tables point at its rows ("FOREIGN KEY constraint failed [SQL: DROP TABLE mentions]") -- and the
+    pragma cannot change inside a transaction. Python's sqlite3 also runs DDL outside any transaction, so a
+    failed migration left half-copied tables behind. Here one connection of its own turns the checks off,
+    runs the whole upgrade in one real transaction (SQLAlchemy's recipe for SQLite: the driver's own
+    transaction handling off, an explicit BEGIN), and the database's foreign keys are verified before the
+    commit.
+    """
+    from alembic import command
+
+    eng = create_engine(url, poolclass=NullPool)
+
+    @event.listens_for(eng, "connect")
+    def _setup(dbapi_conn, _record):
+        dbapi_conn.isolation_level = None  # no implicit BEGIN / COMMIT: the "begin" event below emits BEGIN
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA foreign_keys=OFF")
+        cur.close()
+
+    @event.listens_for(eng, "begin")
+    def _begin(conn):
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    try:
+        with eng.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+            broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+            if broken:
+                raise RuntimeError(f"{url}: migration left rows whose references are missing: {broken[:5]}")
+    finally:
+        eng.dispose()
+        cfg.attributes.pop("connection", None)
+    app_engine.dispose()  # connections opened before the upgrade may have cached the old schema
 
 
 def get_sessionmaker(url: str | None = None) -> sessionmaker:
@@ -373,6 +415,10 @@ def create_batch(s: Session, name: str, vocabulary_id: int, mentions: Sequence[s
             {"batch_id": b.id, "position": i, "text": m.text.strip(), "gold_terms": list(m.terms) or None,
              "source_row": m.row, "status": "new", "updated_at": now}
             for i, m in enumerate(items, start=1)])
+    if any(m.terms for m in items):  # labelled mentions take their side of the evaluation split (db.learning)
+        from db import learning  # db.learning builds on this module
+
+        learning.assign_unassigned(s, vocabulary_id)
     _audit(s, user, "create", "batch", b.id, {"name": name, "n_mentions": len(items), "source_file": source_file})
     s.commit()
     return b.id
@@ -475,11 +521,14 @@ def mention(s: Session, mention_id: int) -> dict:
     return out
 
 
-def mentions(s: Session, batch_id: int, status: str | Sequence[str] | None = None) -> list[dict]:
-    """Mentions of a batch in file order, optionally only those with the given status(es)."""
+def mentions(s: Session, batch_id: int, status: str | Sequence[str] | None = None,
+             limit: int | None = None) -> list[dict]:
+    """Mentions of a batch in file order, optionally only those with the given status(es), at most ``limit``."""
     q = select(Mention).where(Mention.batch_id == batch_id).order_by(Mention.position)
     if status is not None:
         q = q.where(Mention.status.in_([status] if isinstance(status, str) else list(status)))
+    if limit is not None:
+        q = q.limit(int(limit))
     return [_mention_dict(m) for m in s.scalars(q)]
 
 
@@ -592,17 +641,31 @@ def store_suggestions(s: Session, mention_ids: Sequence[int], suggestions: Seque
     cands = [dict(c, suggestion_id=sid) for sid, (_, cs) in zip(ids, values) for c in cs]
     if cands:
         s.execute(insert(SuggestionCandidate), cands)
-    for mid, sug in zip(mention_ids, suggestions):
-        m = ms[mid]
-        m.confidence = float(sug.confidence)
-        if m.status == "new":
-            m.status = "suggested"
+    # conditional UPDATEs, not the statuses read above: a coder may have decided one of these mentions since
+    # (a background job or the page's prepare thread suggests beside the coders), and writing "suggested"
+    # from that read would reopen it
+    s.execute(update(Mention).execution_options(synchronize_session=False),
+              [{"id": mid, "confidence": float(sug.confidence)} for mid, sug in zip(mention_ids, suggestions)])
+    s.execute(update(Mention).where(Mention.id.in_(mention_ids), Mention.status == "new").values(status="suggested")
+              .execution_options(synchronize_session=False))
     s.commit()
 
 
 def store_suggestion(s: Session, mention_id: int, suggestion: Suggestion) -> None:
     """Store the ranked candidates with every score and the model version (the newest one is used)."""
     store_suggestions(s, [mention_id], [suggestion])
+
+
+def latest_suggestion_versions(s: Session, mention_ids: Sequence[int]) -> dict[int, tuple[str, int | None]]:
+    """(model version, edition) of each mention's newest stored suggestion; mentions without one are absent."""
+    ids = [int(i) for i in mention_ids]
+    if not ids:
+        return {}
+    latest = (select(func.max(SuggestionRow.id).label("sid")).where(SuggestionRow.mention_id.in_(ids))
+              .group_by(SuggestionRow.mention_id).subquery())
+    q = select(SuggestionRow.mention_id, SuggestionRow.model_version, SuggestionRow.edition).join(
+        latest, latest.c.sid == SuggestionRow.id)
+    return {m: (v, e) for m, v, e in s.execute(q)}
 
 
 def _latest_suggestion_row(s: Session, mention_id: int) -> SuggestionRow | None:
@@ -781,41 +844,85 @@ def _supersede_and_pairs(s: Session, m: Mention, d: Decision, vocab_id: int, ter
     return rows
 
 
-def auto_code(s: Session, batch_id: int, min_confidence: float, username: str) -> int:
-    """Accept every stored suggestion of the batch with confidence >= ``min_confidence``.
+def auto_code(s: Session, batch_id: int, min_confidence: float, username: str, *, model_version: str,
+              dry_run: bool = False, commit: bool = True) -> dict:
+    """Accept the batch's stored suggestions of the serving model version with confidence >= ``min_confidence``.
 
-    For a lead (``username`` is recorded as the one who triggered it): only
-    mentions still waiting (new / suggested) are touched, each gets an ``auto``
-    decision with the suggestion's chosen terms and status ``auto_coded``. No
-    training pairs: the engine's own guesses are not confirmed labels. The
-    threshold belongs to the caller (it should come from the calibration of the
-    engine's confidence). Returns how many mentions were auto-coded.
+    The rules hold here, whatever a page shows:
+
+    * ``username`` must be a lead or above (db.auth.require: PermissionError, nothing written);
+    * only mentions still open (new / suggested), and not those sent back as an audit sample (their latest
+      decision is the auto-code itself: they wait for a coder), nor those on a coder's screen now (claimed
+      less than CLAIM_MINUTES ago: the coder's decision would otherwise be refused as "already decided");
+    * only a latest stored suggestion made by ``model_version``, the version serving the vocabulary: the
+      threshold was measured on its held-out mentions, and another version's confidence is on another
+      scale. Those mentions are counted (``skipped_version``: re-score them first) and never touched;
+    * a suggestion with no chosen term, or a term retired by a newer vocabulary edition, is skipped
+      (``skipped_terms``).
+
+    Each accepted mention gets an ``auto`` decision (status ``auto_coded``, review status ``auto``) with
+    the suggestion's terms, their codes and the edition in force. No training pairs: the engine's own
+    guesses are not confirmed labels. ``dry_run``: count only (the page's preview, by the same rules);
+    ``commit=False``: the caller commits (termnorm.active.auto_code_with_audit). Returns the counts
+    ``open``, ``unsuggested``, ``awaiting_audit``, ``on_screen``, ``skipped_version``, ``below_threshold``,
+    ``skipped_terms``, ``auto_coded`` and the auto-coded ``mention_ids``.
     """
-    user = _user(s, username)
+    from db import auth  # db.auth imports this module
+
+    user = auth.require(s, username, "lead")
+    threshold = float(min_confidence)
+    if not 0.0 <= threshold <= 1.0:
+        raise ValueError(f"min_confidence must lie in [0, 1], not {min_confidence!r}")
+    if not model_version:
+        raise ValueError("model_version is required: the serving version's name (only its suggestions are auto-coded)")
+    batch = s.get(Batch, batch_id)
+    if batch is None:
+        raise KeyError(f"no batch {batch_id}")
     latest = (select(SuggestionRow.mention_id, func.max(SuggestionRow.id).label("sid"))
               .group_by(SuggestionRow.mention_id).subquery())
-    rows = s.execute(select(Mention, SuggestionRow).join(latest, latest.c.mention_id == Mention.id)
-                     .join(SuggestionRow, SuggestionRow.id == latest.c.sid)
-                     .where(Mention.batch_id == batch_id, Mention.status.in_(OPEN_STATUSES),
-                            SuggestionRow.confidence >= float(min_confidence))).all()
-    n = 0
+    in_audit = Mention.id.in_(select(Decision.mention_id).where(Decision.is_latest, Decision.action == "auto"))
+    on_screen = Mention.claimed_by.is_not(None) & (Mention.claimed_at >= utcnow() - timedelta(minutes=CLAIM_MINUTES))
+    base = (select(Mention.id).select_from(Mention).outerjoin(latest, latest.c.mention_id == Mention.id)
+            .outerjoin(SuggestionRow, SuggestionRow.id == latest.c.sid)
+            .where(Mention.batch_id == batch_id, Mention.status.in_(OPEN_STATUSES)))
+    out = dict.fromkeys(("open", "unsuggested", "awaiting_audit", "on_screen", "skipped_version", "below_threshold",
+                         "skipped_terms", "auto_coded"), 0)
+    for _, sid, version, conf, audit, shown in s.execute(base.add_columns(
+            SuggestionRow.id, SuggestionRow.model_version, SuggestionRow.confidence, in_audit, on_screen)):
+        out["open"] += 1
+        key = ("awaiting_audit" if audit else "on_screen" if shown else "unsuggested" if sid is None
+               else "skipped_version" if version != model_version
+               else "below_threshold" if conf < threshold else None)
+        if key:
+            out[key] += 1
+    rows = s.execute(base.with_only_columns(Mention, SuggestionRow)
+                     .where(SuggestionRow.model_version == model_version, SuggestionRow.confidence >= threshold,
+                            ~in_audit, ~on_screen)).all()
+    terms = _terms(s, batch.vocabulary_id, {t for _, sug in rows for t in sug.chosen})
+    ids = []
     for m, sug in rows:
-        terms = _terms(s, m.batch.vocabulary_id, sug.chosen)
         if not sug.chosen or any(t not in terms for t in sug.chosen):  # empty, or a term since retired
+            out["skipped_terms"] += 1
+            continue
+        ids.append(m.id)
+        if dry_run:
             continue
         d = Decision(mention_id=m.id, user_id=user.id, suggestion_id=sug.id, action="auto", terms=list(sug.chosen),
                      term_ids=[terms[t].id for t in sug.chosen], codes=[terms[t].code for t in sug.chosen],
-                     edition=m.batch.vocabulary.edition, relationship=default_relationship(sug.chosen),
+                     edition=batch.vocabulary.edition, relationship=default_relationship(sug.chosen),
                      review_status="auto", comment="", seconds=0.0, model_version=sug.model_version,
                      is_latest=True)
         s.add(d)
         s.flush()
-        _supersede_and_pairs(s, m, d, m.batch.vocabulary_id, [], [])
+        _supersede_and_pairs(s, m, d, batch.vocabulary_id, [], [])
         m.status = "auto_coded"
-        n += 1
-    _audit(s, user, "auto_code", "batch", batch_id, {"min_confidence": float(min_confidence), "n": n})
-    s.commit()
-    return n
+    out["auto_coded"] = len(ids)
+    if not dry_run:
+        _audit(s, user, "auto_code", "batch", batch_id,
+               {"min_confidence": threshold, "model_version": model_version, **out})
+        if commit:
+            s.commit()
+    return {**out, "mention_ids": ids}
 
 
 # ================================================================ synonyms / history for the engine

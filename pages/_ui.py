@@ -17,6 +17,8 @@ candidate text is HTML-escaped first and only then wrapped in
 from __future__ import annotations
 
 import html
+import logging
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -48,11 +50,6 @@ PREPARE_AHEAD = 3
 KIND_LABELS = {"site": "site 部位", "type": "type 类型", "approach": "approach 入路",
                "laterality": "laterality 侧别", "nature": "nature 性质"}
 
-# Confidence colour bands on the coding page. Display only (no decision depends
-# on them): green from 0.8, the level at which the demo engine's exact-history
-# answers sit (termnorm.engine.SIEVE_CONFIDENCE = 0.97), amber from 0.5.
-CONFIDENCE_BANDS = ((0.8, "high"), (0.5, "medium"), (0.0, "low"))
-
 CSS = """
 <style>
 .kw{border-radius:4px;padding:0 2px;margin:0 1px;border-bottom:2px solid transparent}
@@ -70,9 +67,9 @@ CSS = """
 .tn-legend{font-size:.8rem;color:#4b5563}
 .tn-legend .kw{font-size:.8rem}
 .tn-badge{display:inline-block;border-radius:999px;padding:1px 10px;font-size:.85rem;font-weight:600;margin-right:6px}
-.tn-high{background:#dcfce7;color:#166534}
-.tn-medium{background:#fef3c7;color:#92400e}
-.tn-low{background:#fee2e2;color:#991b1b}
+.tn-sure{background:#dcfce7;color:#166534}
+.tn-likely{background:#e0f2fe;color:#075985}
+.tn-unsure{background:#fef3c7;color:#92400e}
 .tn-grey{background:#f3f4f6;color:#374151}
 .tn-chosen{display:inline-block;border:1px solid #16a34a;background:#f0fdf4;border-radius:6px;padding:2px 8px;
   margin:2px 4px 2px 0}
@@ -88,6 +85,7 @@ table.tn-cands tr.tn-pick td:first-child{border-left:4px solid #16a34a}
   font-size:.78rem;color:#374151}
 .tn-miss{color:#9ca3af;font-size:.78rem}
 .tn-keys{font-size:.8rem;color:#6b7280}
+.st-key-_on_screen{display:none}
 .tn-keys kbd{border:1px solid #d1d5db;border-bottom-width:2px;border-radius:4px;padding:0 4px;font-size:.8rem;background:#fff}
 </style>
 """
@@ -171,9 +169,24 @@ def legend_html(candidates: bool = True) -> str:
     return f'<div class="tn-legend">Keywords: {chips}{marks}</div>'
 
 
-def confidence_badge(conf: float) -> str:
-    band = next(b for lo, b in CONFIDENCE_BANDS if conf >= lo)
-    return f'<span class="tn-badge tn-{band}" title="calibrated confidence">confidence {conf:.0%}</span>'
+def confidence_badge(conf: float, bands: dict | None = None) -> str:
+    """How sure the suggestion is, in the words of the serving version's bands (termnorm.stats, calibrated on
+    its held-out mentions): "sure · 96%" / "likely · 85%" give the share of held-out suggestions at least this
+    confident that were right; "unsure" in amber; grey "not measured yet" before any measurement. A raw
+    probability is never the headline: a ranker's scores need not read as chances."""
+    from termnorm.stats import band_of
+
+    band = band_of(conf, bands)
+    if band is None:
+        return (f'<span class="tn-badge tn-grey" title="the serving model was not measured on held-out mentions: '
+                f'model confidence {conf:.2f}">confidence not measured yet</span>')
+    word = band["word"]
+    if "precision" not in band:
+        return (f'<span class="tn-badge tn-unsure" title="below every band measured on {bands["n"]} held-out '
+                f'mentions: model confidence {conf:.2f}">{esc(word)}</span>')
+    return (f'<span class="tn-badge tn-{esc(word)}" title="{band["precision"]:.0%} of {band["support"]} held-out '
+            f'suggestions at least this confident were right (model confidence {conf:.2f})">'
+            f'{esc(word)} · {band["precision"]:.0%}</span>')
 
 
 #: Candidate scores that are not a recall strategy's and stay out of the "found by" column: the fused
@@ -288,13 +301,22 @@ class EngineHolder:
 
     # -- suggestions
     def suggest_and_store(self, s, mention_ids: list[int], texts: list[str], progress=None) -> list[Suggestion]:
-        """Suggest for many mentions (engine.suggest_batch) and store them in one transaction."""
-        with self.lock:
-            rev = self.revision
-            sugs = self.engine.suggest_batch(texts, progress=progress)
-        services.store_suggestions(s, mention_ids, sugs)
-        for mid in mention_ids:
-            self._computed[mid] = rev
+        """Suggest for a few mentions and store them, holding the engine lock for at most
+        :data:`PREPARE_AHEAD` mentions at a time: another coder's decision (``learn``) or suggestion on
+        this vocabulary waits for one small group, never for a whole list. Many mentions belong in a
+        background job (db.suggest_jobs), which builds its own engine."""
+        sugs: list[Suggestion] = []
+        for at in range(0, len(mention_ids), PREPARE_AHEAD):
+            ids, group = mention_ids[at:at + PREPARE_AHEAD], texts[at:at + PREPARE_AHEAD]
+            with self.lock:
+                rev = self.revision
+                got = self.engine.suggest_batch(group)
+            services.store_suggestions(s, ids, got)  # outside the lock: the fsync waits for the disk only
+            for mid in ids:
+                self._computed[mid] = rev
+            sugs += got
+            if progress:
+                progress(len(sugs), len(mention_ids))
         return sugs
 
     def is_stale(self, mention_id: int, text: str) -> bool:
@@ -309,10 +331,20 @@ class EngineHolder:
 
     def prepare(self, s, batch_id: int, current_id: int, n: int) -> int:
         """Store suggestions for the next ``n`` open mentions after ``current_id`` that lack a fresh one."""
-        upcoming = [m for m in services.mentions(s, batch_id, status=services.OPEN_STATUSES)
+        upcoming = [m for m in services.mentions(s, batch_id, status=services.OPEN_STATUSES, limit=n + 1)
                     if m["id"] != current_id][:n]
-        # a mention this holder has not suggested for yet may hold another version's or edition's suggestion
-        todo = [m for m in upcoming if m["id"] not in self._computed or self._computed[m["id"]] < self.revision]
+        stored = services.latest_suggestion_versions(s, [m["id"] for m in upcoming])
+        here = (self.engine.model_version, self.edition)
+
+        def fresh(mid: int) -> bool:
+            if mid in self._computed:
+                return self._computed[mid] >= self.revision
+            # stored by a background job or another app process: fresh when it is this model's, on this edition,
+            # and this engine has learnt nothing since it started
+            version, edition = stored.get(mid, (None, None))
+            return self.revision == 0 and version == here[0] and (self.edition is None or edition == self.edition)
+
+        todo = [m for m in upcoming if not fresh(m["id"])]
         if todo:
             self.suggest_and_store(s, [m["id"] for m in todo], [m["text"] for m in todo])
         return len(todo)
@@ -350,8 +382,11 @@ def build_holder(url: str, vocabulary_id: int, version: str | None = None, editi
     return EngineHolder(serving.build_engine(url, vocabulary_id, version), vocabulary_id, edition)
 
 
-@st.cache_resource(show_spinner="Loading the engine for this vocabulary…")
-def engine_holder(url: str, vocabulary_id: int, version: str | None = None, edition: int | None = None) -> EngineHolder:
+# bounded: every promotion, edition or withdrawn history makes a new key, and an engine holds its vocabulary's index
+@st.cache_resource(show_spinner="Loading the engine for this vocabulary…", max_entries=12)
+def engine_holder(url: str, vocabulary_id: int, version: str | None = None, edition: int | None = None,
+                  history_epoch: int = 0) -> EngineHolder:
+    """Cached per (vocabulary, serving version, edition, history epoch): a change of any gives a new engine."""
     return build_holder(url, vocabulary_id, version, edition)
 
 
@@ -361,9 +396,10 @@ def current_edition(url: str, vocabulary_id: int) -> int | None:
 
 def serving_holder(url: str, vocabulary_id: int) -> EngineHolder:
     """The engine every page uses for a vocabulary: the promoted model version on the edition in force (a
-    promotion, rollback or new edition gives a new cache key, so every page moves to it at its next run)."""
+    promotion, rollback, new edition or withdrawn history gives a new cache key, so every page moves to it at
+    its next run)."""
     return engine_holder(url, vocabulary_id, current_model_version(url, vocabulary_id),
-                         current_edition(url, vocabulary_id))
+                         current_edition(url, vocabulary_id), serving.history_epoch(url, vocabulary_id))
 
 
 # ---------------------------------------------------------------------------------- shared state
@@ -443,12 +479,43 @@ def require_role(role: str) -> Context:
         st.warning("Please sign in.", icon=":material/lock:")
         st.stop()
     if not auth.has_role(user["role"], role):
-        st.error(f"This page is for the {role} role and above; {user['username']} is a {user['role']}.",
+        st.error(f"This page is for the {role} role and above; {md(user['username'])} is a {user['role']}.",
                  icon=":material/block:")
         st.stop()
     ctx = context()
     ctx.username, ctx.role = user["username"], user["role"]
     return ctx
+
+
+def prepare_in_background(holder: "EngineHolder", url: str, batch_id: int, current_id: int, n: int) -> threading.Thread:
+    """:meth:`EngineHolder.prepare` in a daemon thread with a session of its own (no Streamlit call inside);
+    a failure only means the next suggestion is computed when it is shown."""
+    def run() -> None:
+        try:
+            with services.session_scope(url) as s:
+                holder.prepare(s, batch_id, current_id, n)
+        except Exception:  # noqa: BLE001 - logged; the page computes a missing suggestion on demand
+            logging.getLogger(__name__).exception("preparing the next suggestions failed")
+
+    t = threading.Thread(target=run, name="termnorm-prepare", daemon=True)
+    t.start()
+    return t
+
+
+_decision_slots = threading.Lock()  # Streamlit may run two callbacks of one browser session in two threads
+
+
+def claim_decision_slot(min_gap_s: float) -> float | None:
+    """Take this browser session's next decision slot: None if the previous decision was at least
+    ``min_gap_s`` ago (the slot is now taken), else the seconds since it (the caller ignores the action).
+    Check and update are one step, so two callbacks running at once cannot both pass."""
+    with _decision_slots:
+        now = time.time()
+        last = st.session_state.get("_last_decision_at")
+        if last is not None and now - last < min_gap_s:
+            return now - last
+        st.session_state["_last_decision_at"] = now
+        return None
 
 
 def decide(ctx: Context, mention_id: int, text: str, action: str, terms=(), comment: str = "",
@@ -483,8 +550,28 @@ def page(role: str | None = None) -> Context:
     return ctx
 
 
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$])")
+
+
+def md(text) -> str:
+    r"""``text`` with Markdown's special characters escaped, for user text inside st.markdown / st.warning /
+    st.toast: a lead's note ``[click](http://evil.example)`` must stay text, not become a live link.
+
+    >>> print(md("see [x](http://e.x) *now*"))
+    see \[x\]\(http://e\.x\) \*now\*
+    """
+    return _MARKDOWN.sub(r"\\\1", " ".join(str(text).splitlines()))
+
+
 def show_flash() -> None:
+    """The messages left by callbacks, each once, user text escaped (messages hold terms, notes, reasons);
+    repeated warnings (a burst of late key presses) are shown once."""
+    seen = set()
     for kind, message in st.session_state.pop("_flash", []):
+        if (kind, message) in seen:
+            continue
+        seen.add((kind, message))
+        message = md(message)
         if kind == "error":
             st.error(message)
         elif kind == "warning":  # e.g. a late click that was refused: it stays until the next action

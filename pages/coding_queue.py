@@ -11,15 +11,27 @@ The mention shown is claimed for this coder, so colleagues on the same batch
 are shown other mentions (``db.services.next_mention``).
 """
 
+import os
 import time
 
 import streamlit as st
 
-from db import review, services
+from db import learning, review, services
 from pages import _ui
 
 SHOWN = _ui.SHOWN
 PREPARE_AHEAD = _ui.PREPARE_AHEAD
+# Which mention the browser shows, as the browser itself reports it: a hidden widget drawn last on the page
+# holds the mention id; every click or key sends the browser's widget values, so a decision callback reads
+# what was on screen when the key was pressed -- not what the server has drawn since. Seen in a browser: after
+# a batch switch one X press reached the old mention's buttons and, 50 ms later, those of the new batch's
+# first mention, still being drawn and never seen by its coder.
+ON_SCREEN = "_on_screen"
+# A decision less than this after its mention was fully drawn, or after the same browser's previous decision, is
+# ignored: nobody reads a mention and decides in under 0.4 s (visual reaction time alone is ~0.25 s), while one
+# key press reaching two pages' buttons, or the next page the instant it appears, does. Tests that click
+# instantly set it to 0.
+MIN_GAP_S = float(os.environ.get("TERMNORM_MIN_DWELL_S", "0.4"))
 
 SHORTCUTS = [("S", "save the terms in the box (accept if unchanged, else correct)"),
              ("A", "accept the engine's terms"), ("X", "reject: no candidate fits"), ("K", "skip"),
@@ -53,13 +65,20 @@ if current is None and others:
     st.button("Check again", key="recheck")
     st.stop()
 if current is None:
-    st.success("This batch is finished: every mention has a decision. Export it on the Import / Export page.")
+    with _ui.session() as s:
+        flagged = len(services.mentions(s, ctx.batch_id, status="flagged"))
+    if flagged:  # a coder is not served flagged mentions: they wait for a lead
+        st.info(f"Nothing left for you in this batch: {flagged} flagged mention(s) wait for a lead (a lead meets "
+                "them in this queue). The rest have a decision.")
+    else:
+        st.success("This batch is finished: every mention has a decision. Export it on the Import / Export page.")
     st.stop()
 if others:
     head[1].caption(f"{others} other mention(s) on colleagues' screens now")
 
 mid, text = current["id"], current["text"]
 st.session_state.setdefault(f"shown_at_{mid}", time.time())
+st.session_state[ON_SCREEN] = str(mid)  # the widget is drawn at the end of the page (callbacks above read it)
 
 # The terms box. What the coder sees in it is what Save saves: the widget's own value, read under the key it
 # was drawn with. A change made on the server (Clear, a term added from the search, a synonym) bumps the box's
@@ -94,6 +113,21 @@ def _forget(mention_id: int) -> None:
 
 
 def _decide(mention_id: int, action: str, terms=(), comment: str = "", codes=None) -> None:
+    # what the browser had on screen when the click or key was sent: the echo of ON_SCREEN (drawn last below)
+    if st.session_state.get(ON_SCREEN) != str(mention_id):
+        _ui.flash("warning", "Ignored a click or key meant for a mention the browser was not showing yet: nothing "
+                             "saved; press again if you meant it.")
+        return
+    shown_for = time.time() - st.session_state.get(f"drawn_at_{mention_id}", 0.0)
+    if shown_for < MIN_GAP_S:
+        _ui.flash("warning", f"Ignored a click or key {shown_for:.2f} s after mention #{current['position']} "
+                             "appeared: too soon to have read it. Nothing saved; press again if you meant it.")
+        return
+    since_last = _ui.claim_decision_slot(MIN_GAP_S)
+    if since_last is not None:
+        _ui.flash("warning", f"Ignored a click or key {since_last:.2f} s after the previous decision: nothing saved; "
+                             "press again if you meant it.")
+        return
     relationship = st.session_state.get(rel_key) if terms else None
     try:
         _ui.decide(ctx, mention_id, text, action, terms, comment, shown=SHOWN, codes=codes,
@@ -194,8 +228,8 @@ if current.get("status") == services.REREVIEW:
         why = review.rereview_reason(s, mid)
     was = (" · ".join(f"{t} ({c})" if c else t for t, c in zip(before["terms"], before["codes"] + [""] * 9))
            if before and before["terms"] else "—")
-    st.warning(f"**Re-review:** {why}. Coded before: {was}. The suggestions below come from the vocabulary "
-               "edition in force.", icon=":material/history:")
+    st.warning(f"**Re-review:** {_ui.md(why)}. Coded before: {_ui.md(was)}. The suggestions below come from the "
+               "serving model on the vocabulary edition in force.", icon=":material/history:")
 _ui.markup(f'<div class="tn-mention">{_ui.highlight_html(text, sug.keywords)}</div>')
 _ui.markup(_ui.legend_html())
 
@@ -203,7 +237,7 @@ _ui.markup(_ui.legend_html())
 chosen_html = "".join(f'<span class="tn-chosen">{_ui.esc(t)}</span>' for t in sug.chosen) or "—"
 count = f"{sug.predicted_count} term" + ("s" if sug.predicted_count != 1 else "")
 _ui.markup(f'<div style="margin:.6rem 0"><span class="tn-badge tn-grey">needs {count}</span>'
-           f"{_ui.confidence_badge(sug.confidence)}"
+           f"{_ui.confidence_badge(sug.confidence, learning.serving_bands(ctx.url, ctx.vocabulary_id))}"
            f'<span class="tn-keys">model {_ui.esc(sug.model_version)}</span></div>'
            f'<div style="margin-bottom:.4rem">Suggested: {chosen_html}</div>')
 
@@ -291,9 +325,16 @@ with st.expander("Teach a synonym: this mention (or part of it) is another name 
     sc[2].button("Add synonym", on_click=on_synonym, args=(mid,), key=f"syn_add_{mid}", width="stretch")
 
 
+# the mention on screen, echoed back by the browser with every click or key (see ON_SCREEN); drawn last, so a
+# browser that has it has the whole page of this mention; hidden (CSS in _ui.CSS)
+st.session_state[f"drawn_at_{mid}"] = time.time()
+st.text_input("mention on screen", key=ON_SCREEN, label_visibility="collapsed")
+
 # ---------------------------------------------------------------- prepare the next mentions (page already drawn)
 prepared_key = "_prepared"
 if st.session_state.get(prepared_key) != (mid, holder.revision):
-    with _ui.session() as s:
-        holder.prepare(s, ctx.batch_id, mid, PREPARE_AHEAD)
     st.session_state[prepared_key] = (mid, holder.revision)
+    # in a thread of its own: the script run ends with the page drawn, so the coder's next click is handled at
+    # once (a run busy suggesting is interrupted only at its next Streamlit call) and drawn_at is when the
+    # browser got the page
+    _ui.prepare_in_background(holder, ctx.url, ctx.batch_id, mid, PREPARE_AHEAD)

@@ -31,7 +31,7 @@ with _ui.session() as s:
 
 current = history[-1] if history else None
 st.markdown(f"### Editions · {_ui.esc(vocab['name'])}")
-st.write(f"Edition in force: **{vocab['edition']}**" + (f" ({current['label']})" if current and current["label"]
+st.write(f"Edition in force: **{vocab['edition']}**" + (f" ({_ui.md(current['label'])})" if current and current["label"]
                                                          else "") + f" · {vocab['n_terms']} terms")
 
 
@@ -56,7 +56,7 @@ u[1].button("Save URI", on_click=on_uri, key="ed_uri_save", width="stretch")
 # ---------------------------------------------------------------- the editions so far
 if history:
     st.dataframe(pd.DataFrame([{
-        "edition": e["number"], "label": e["label"], "file": e["source_file"], "imported": e["imported_at"],
+        "edition": e["number"], "label": e["label"], "file": Path(e["source_file"]).name, "imported": e["imported_at"],
         "by": e["imported_by"], **{k: e["counts"].get(k, 0) for k in
                                    ("added", "retired", "renamed", "code_changed", "rereview")}}
         for e in reversed(history)]), hide_index=True, width="stretch")

@@ -35,10 +35,13 @@ st.caption("Every decision has a mapping status: **unchecked** (a coder's, not r
 # ---------------------------------------------------------------- filters
 batches = {b["id"]: b["name"] for b in batch_list}
 f = st.columns([2, 2, 2, 2])
-batch_pick = f[0].selectbox("Batch", [None] + list(batches), key="rv_batch",
+choices = [None] + list(batches)
+batch_pick = f[0].selectbox("Batch", choices, key=f"rv_batch_{ctx.batch_id}",  # follows the sidebar's batch
+                            index=choices.index(ctx.batch_id) if ctx.batch_id in batches else 0,
                             format_func=lambda b: "every batch" if b is None else batches[b])
 coders = f[1].multiselect("Coders", sorted(set(everything["user"])), key="rv_coders", placeholder="every coder")
-statuses = f[2].multiselect("Status", list(REVIEW_STATUSES), default=["unchecked"], key="rv_status",
+# flagged ones too: a coder's question to a lead must not hide behind a filter
+statuses = f[2].multiselect("Status", list(REVIEW_STATUSES), default=["unchecked", "flagged"], key="rv_status",
                             placeholder="every status")
 low, high = f[3].slider("Confidence of the suggestion", 0.0, 1.0, (0.0, 1.0), 0.05, key="rv_conf")
 with _ui.session() as s:
@@ -104,10 +107,12 @@ def on_send_back(decision_ids: list[int]) -> None:
 
 picked = st.multiselect("Decisions to act on", ids, format_func=labels.get, key="rv_pick",
                         placeholder="choose decisions, or approve every one shown")
+checked = st.checkbox(f"I have checked all {len(ids)} decisions shown (the table scrolls)", key=f"rv_checked_{len(ids)}")
 a = st.columns([1.4, 2, 3, 1.4], vertical_alignment="bottom")
 a[0].button("Approve chosen", type="primary", disabled=not picked, on_click=on_approve, args=(list(picked),),
             key="rv_approve")
-a[1].button(f"Approve all {len(ids)} shown", on_click=on_approve, args=(ids,), key="rv_approve_all")
+a[1].button(f"Approve all {len(ids)} shown", on_click=on_approve, args=(ids,), key="rv_approve_all",
+            disabled=not checked)
 a[2].text_input("Note for the coder", key="rv_note", placeholder="why it goes back (required)")
 a[3].button("Send back chosen", disabled=not picked, on_click=on_send_back, args=(list(picked),), key="rv_back")
 st.caption("Approve all shown approves the filtered set at once; your own decisions (unless an admin allows it), "

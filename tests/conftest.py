@@ -17,6 +17,13 @@ def one_torch_thread():
     torch.set_num_threads(n)
 
 
+@pytest.fixture(autouse=True)
+def instant_clicks(monkeypatch):
+    """AppTest clicks a button the instant a page is drawn; the coding page ignores decisions that come sooner
+    than a person could read the mention (pages/coding_queue.py MIN_DWELL_S). The browser tests set it back."""
+    monkeypatch.setenv("TERMNORM_MIN_DWELL_S", "0")
+
+
 @pytest.fixture
 def url(tmp_path):
     """A fresh SQLite file for the database layer (its engine is disposed afterwards)."""

@@ -223,9 +223,11 @@ def test_migration_fills_export_codes_and_keeps_every_decision(tmp_path, yidu):
                            "label, kind, active, created_at) VALUES (1, 1, 1, 'm0', :t, 1, 'accepted', 1, "
                            "'2026-01-01')"), {"t": names[0]})
         eng.dispose()
-        command.upgrade(cfg, "head")
     finally:
         os.environ.pop("TERMNORM_DB_URL", None)
+    # the app's own path (foreign keys enforced on its connections): copying the mentions table that the
+    # decisions point at used to fail here with "FOREIGN KEY constraint failed" and leave a half-copied table
+    S.init_db(url)
     with S.session_scope(url) as s:
         terms = {t.name: t for t in s.scalars(select(M.Term))}
         assert terms[names[0]].code == "59.8x00" and terms[names[0]].codes == ["59.8x00", "59.8"]

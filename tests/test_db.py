@@ -357,13 +357,18 @@ def test_uncertainty_order(setup):
             S.next_mention(s, bid, "alice", order="random")
 
 
-def test_auto_code_confident_suggestions(setup):
+def test_auto_code_confident_suggestions(setup, fast_bcrypt):
+    from db import auth
+
     url, ids, bid, vocab = setup["url"], setup["ids"], setup["bid"], setup["vocab"]
     with S.session_scope(url) as s:
+        auth.create_admin(s, "root", "root-password")
+        auth.set_role(s, "root", "lead1", "lead")  # auto-coding is a lead's (db.auth.require)
         S.store_suggestions(s, ids[:2], [suggestion_for(MENTIONS[0], vocab, FAMILY, confidence=0.97),
                                          suggestion_for(MENTIONS[1], vocab, FAMILY, confidence=0.96)])
         S.record_decision(s, ids[1], "alice", "skip")  # not waiting any more: untouched
-        assert S.auto_code(s, bid, 0.95, "lead1") == 1
+        out = S.auto_code(s, bid, 0.95, "lead1", model_version="test-v1")
+        assert (out["auto_coded"], out["mention_ids"]) == (1, [ids[0]])
         assert S.mention(s, ids[0])["status"] == "auto_coded"
         assert S.mention(s, ids[0])["decision"]["action"] == "auto"
         assert pairs(s, ids[0]) == []  # the engine's own guess is not a label
@@ -402,3 +407,20 @@ def test_synonyms_and_coded_mentions_round_trip(setup):
         assert tids[texts.index("胆囊摘除")] == v.index("胆囊切除术")
         assert S.batches(s)[0] | {"created_at": None} == {"id": setup["bid"], "name": "batch-1", "vocabulary_id": vid,
                                                           "created_at": None, "n_mentions": 5, "n_done": 3}
+
+
+def test_storing_a_suggestion_never_reopens_a_mention_decided_meanwhile(setup):
+    """A background job or the coding page's prepare thread suggests beside the coders: a mention read as new
+    before a coder decided it must stay decided when the suggestion is stored."""
+    url, vocab = setup["url"], setup["vocab"]
+    with S.session_scope(url) as s:
+        bid = S.create_batch(s, "fresh", setup["vid"], ["甲状腺肿块切除"])
+        mid = S.mentions(s, bid)[0]["id"]
+    with S.session_scope(url) as job, S.session_scope(url) as coder:
+        seen = job.get(M.Mention, mid)  # the job's session read it before the decision (and holds it)
+        assert seen.status == "new"
+        S.store_suggestions(coder, [mid], [suggestion_for("甲状腺肿块切除", vocab, FAMILY)])
+        S.record_decision(coder, mid, "alice", "accept")
+        S.store_suggestions(job, [mid], [suggestion_for("甲状腺肿块切除", vocab, FAMILY, version="test-v2")])
+    with S.session_scope(url) as s:
+        assert S.mention(s, mid)["status"] == "decided"

@@ -63,6 +63,7 @@ def app(tmp_path):
     services.dispose(url)
     port = tb._free_port()
     env = dict(os.environ, TERMNORM_DB_URL=url, TERMNORM_AUTH="off")
+    env.pop("TERMNORM_MIN_DWELL_S", None)  # the coding page's own guard against a decision nobody could have read
     proc = tb.start_streamlit(port, env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         tb._wait_http(f"http://127.0.0.1:{port}/_stcore/health", 30)
@@ -203,6 +204,8 @@ def test_lead_approves_the_shown_decisions(app, page, tmp_path):
     settle(page)
     assert "4" in page.locator("text=decision(s) match").first.inner_text()
     shot(page, tmp_path, "review_page.png")
+    page.get_by_text("I have checked all 4 decisions shown").click()
+    settle(page)
     approve = button(page, "rv_approve_all")
     assert approve.inner_text() == "Approve all 4 shown"
     approve.click()
@@ -252,3 +255,26 @@ def test_lead_uploads_a_new_edition_and_the_coder_meets_the_rereview_first(app, 
         reasons = [services.mention(s, m)["decision"]["review_note"] for m in mids]
     assert f"{retired} was retired in edition 2 (2027)" in reasons[0]
     assert f"{renamed} was renamed {renamed}（2027） in edition 2 (2027)" in reasons[1]
+
+
+def test_a_key_pressed_while_another_batch_opens_decides_nothing_unseen(app, page, tmp_path):
+    """Seen in a browser: switching batch and pressing X within 0.2 s rejected the new batch's first mention,
+    which its coder never saw (the key reached the buttons of the page being drawn)."""
+    from db import services
+
+    page.goto(app["base"] + "/")
+    page.wait_for_selector("table.tn-cands")
+    settle(page)
+    for delay in (50, 100, 150, 200):
+        page.locator("[data-testid=stSidebar] input[aria-label='Batch']").click()
+        page.get_by_role("option", name=re.compile("two codes")).click()
+        page.evaluate("document.activeElement && document.activeElement.blur()")  # keys go to the page
+        page.wait_for_timeout(delay)
+        page.keyboard.press("x")
+        settle(page)
+        with services.session_scope(app["url"]) as s:
+            new = [m["id"] for m in services.mentions(s, app["codes_batch"])]
+        assert not {r["mention_id"] for r in decisions(app["url"])} & set(new)
+        page.goto(app["base"] + "/")  # back to the first batch for the next try
+        page.wait_for_selector("table.tn-cands")
+        settle(page)

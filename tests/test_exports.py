@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import re
+import time
 from pathlib import Path
 
 import openpyxl
@@ -323,6 +324,13 @@ def test_page_prepares_the_export_then_downloads_ready_bytes(app_db, tmp_path):
     bid = at.session_state["batch_id"]
     with S.session_scope(app_db) as s:
         ms = S.mentions(s, bid)[:3]
+    end = time.time() + 60  # the coding page prepares the next suggestions in a thread once it is drawn
+    while time.time() < end:
+        with S.session_scope(app_db) as s:
+            if S.latest_suggestion(s, ms[1]["id"]) is not None:
+                break
+        time.sleep(0.2)
+    with S.session_scope(app_db) as s:
         d = [S.record_decision(s, ms[0]["id"], "coder", "accept"),
              S.record_decision(s, ms[1]["id"], "coder", "accept"),
              S.record_decision(s, ms[2]["id"], "coder", "reject")]

@@ -79,12 +79,13 @@ def test_csv_with_good_and_bad_rows(db, tmp_path):
     assert problems(rep) == [(3, "empty mention"), (4, "mention too long (600 > 500 characters)"),
                              (5, dbio.UNDECODABLE), (8, "empty mention")]
     assert rep.n_ok == 3 and rep.n_bad == 4 and rep.batch_id is not None
-    assert (rep.n_read, rep.n_imported, rep.n_rejected, rep.notices) == (7, 3, 4, []) and adds_up(rep)
+    assert (rep.n_read, rep.n_imported, rep.n_rejected) == (7, 3, 4) and adds_up(rep)
+    assert [(n.row, n.problem) for n in rep.notices] == [(None, "1 blank row(s) skipped (no cell filled): row 7")]
     ms = S.mentions(s, rep.batch_id)
     assert [(m["position"], m["text"], m["source_row"]) for m in ms] == [
         (1, "右侧甲状腺肿块切除", 2), (2, "LC+胆总管探查", 6), (3, "阑尾切除, 腹腔镜", 9)]
     assert ms[1]["gold_terms"] == ["腹腔镜下胆囊切除术", "胆总管探查术"]
-    assert rep.summary() == f"{path}: 7 rows read, 3 imported, 4 rejected, 0 notices"
+    assert rep.summary() == f"{path}: 7 rows read, 3 imported, 4 rejected, 1 notice"
     assert "row 5" in str(rep.errors[2])
 
 
@@ -503,3 +504,11 @@ def test_a_quoted_note_with_line_breaks_is_one_row_but_a_stray_quote_in_it_is_no
     assert [(m.row, m.text) for m in read.good] == [(3, "胆囊切除"), (4, "阑尾切除")]
     assert [(e.row, e.problem) for e in read.errors] == [(2, dbio.UNBALANCED_QUOTE)]
     assert read.n_read == len(read.good) + read.n_rejected == 3
+
+
+def test_blank_rows_between_rows_are_named(tmp_path):
+    """Seen in a browser: blank and whitespace-only lines vanished from the count without a word."""
+    text = "mention,terms\n甲状腺切除,甲状腺全部切除术\n,\n   ,   \n胆囊切除,胆囊切除术\n\n"
+    read = dbio.read_mentions_report(text.encode(), name="blanks.csv")
+    assert [m.row for m in read.good] == [2, 5] and read.n_read == 2 and not read.errors
+    assert [(n.row, n.problem) for n in read.notices] == [(None, "2 blank row(s) skipped (no cell filled): row 3, 4")]

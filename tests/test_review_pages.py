@@ -143,6 +143,9 @@ def test_review_queue_filters_approves_sends_back_and_refuses_self_approval(team
     # bulk approve of every coder: the lead's own decision is refused with its reason
     at.multiselect(key="rv_coders").set_value([])
     run(at)
+    assert at.button(key="rv_approve_all").disabled  # not before the lead says all shown were checked
+    next(c for c in at.checkbox if c.key.startswith("rv_checked_")).check()
+    run(at)
     at.button(key="rv_approve_all").click()
     run(at)
     assert any("your own decision" in e.value for e in at.error)
@@ -153,6 +156,8 @@ def test_review_queue_filters_approves_sends_back_and_refuses_self_approval(team
     admin.toggle(key="au_self_approval").set_value(True)
     run(admin)
     at = app_as("lead1", "review.py")
+    next(c for c in at.checkbox if c.key.startswith("rv_checked_")).check()
+    run(at)
     at.button(key="rv_approve_all").click()
     run(at)
     assert latest(url, lead[0])["review_status"] == "approved"
@@ -166,6 +171,10 @@ def test_review_queue_filters_approves_sends_back_and_refuses_self_approval(team
     run(coder)
     assert on_screen(coder) == back[0]
     assert any("the side is missing" in w.value for w in coder.warning)
+    # the engine no longer answers the mention from the decision that was sent back (no sieve, no history 1.0)
+    with services.session_scope(url) as s:
+        sug = services.latest_suggestion(s, back[0])
+    assert not any("sieve" in c.scores for c in sug.candidates)
 
 
 def test_a_coder_cannot_open_the_review_or_editions_page(team):
