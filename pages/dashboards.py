@@ -16,8 +16,9 @@ import math
 import pandas as pd
 import streamlit as st
 
-from db import dashboard_data, gold, services
-from pages import _ui
+from db import dashboard_data, gold, services, suggest_jobs
+from pages import _jobs, _ui
+from termnorm.jobs import JobBusy, JobRunner
 from termnorm import dashboard as dash
 
 CHART_HEIGHT = 340
@@ -138,11 +139,17 @@ with c[1]:
 
 # ---------------------------------------------------------------- gold
 def score_on_gold() -> None:
+    """In the background (db.suggest_jobs): a lead scoring thousands of gold mentions keeps no one waiting."""
     with _ui.session() as s:
         todo = dashboard_data.unscored_gold(s, current_version, vocabulary_id, include_file_gold=file_gold)
-        if todo:
-            holder.suggest_and_store(s, [m["mention_id"] for m in todo], [m["text"] for m in todo])
-    _ui.flash("toast", f"{len(todo)} gold mentions scored with {current_version}")
+    if not todo:
+        return
+    try:
+        suggest_jobs.start_score(ctx.url, vocabulary_id, [m["mention_id"] for m in todo], by=ctx.username,
+                                 title=f"score {current_version} on {len(todo)} gold mentions")
+        _ui.flash("toast", f"Scoring {current_version} on {len(todo)} gold mentions in the background")
+    except JobBusy as e:
+        _ui.flash("error", f"Not started: {e}")
 
 
 st.markdown("#### Accuracy on gold")
@@ -157,6 +164,7 @@ with c[0]:
     if unscored:
         st.button(f"Score the current engine ({current_version}) on {len(unscored)} gold mentions",
                   on_click=score_on_gold, key="dash_score", icon=":material/play_arrow:")
+    _jobs.panel(JobRunner(), "dash_score_job", lock=suggest_jobs.lock(vocabulary_id))
 with c[1]:
     if accuracy is not None and len(accuracy.table):
         cols = [x for x in ("model_version", "n", "accuracy", "micro_f1", "count_accuracy", "recall_at_5")

@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from db import auth, dashboard_data, gold, services
+from db import auth, dashboard_data, gold, services, suggest_jobs
 from pages import _ui
 from termnorm.engine import demo_mentions, demo_vocabulary
+from termnorm.jobs import JobRunner
 from termnorm.records import Candidate, Suggestion
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,6 +38,8 @@ def world(tmp_path, monkeypatch):
     """Sign-in on; an admin, a lead, two annotators, a coder; the demo data; a 6-mention thyroid batch."""
     url = f"sqlite:///{tmp_path / 'pages.sqlite3'}"
     monkeypatch.setenv("TERMNORM_DB_URL", url)
+    monkeypatch.setenv("TERMNORM_JOBS", str(tmp_path / "jobs"))  # scoring on gold runs as a background job
+    monkeypatch.setenv("TERMNORM_MODELS", str(tmp_path / "models"))
     monkeypatch.delenv("TERMNORM_AUTH", raising=False)
     monkeypatch.setenv("TERMNORM_BCRYPT_ROUNDS", "4")
     services.init_db(url)
@@ -381,6 +384,10 @@ def test_end_to_end_gold_task_of_30_demo_mentions(world):
         assert len(dashboard_data.unscored_gold(s, version, world["vocabulary_id"])) == 30
     assert metric(at, "Gold accuracy") == "—"
     press(at, button(at, f"Score the current engine ({version}) on 30 gold mentions"))
+    runner = JobRunner()
+    job = runner.latest(lock=suggest_jobs.lock(world["vocabulary_id"]))  # scoring runs in the background
+    assert job is not None and runner.wait(job["id"], timeout=300)["state"] == "done"
+    at = page_as("lead1", "dashboards.py", vocabulary_id=world["vocabulary_id"])
     assert not [b for b in at.button if b.label.startswith("Score the current engine")]
     with services.session_scope(url) as s:
         right = sum(sorted(services.latest_suggestion(s, m).chosen) == sorted(demo[services.mention(s, m)["text"]])
