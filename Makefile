@@ -9,6 +9,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[test]"
 	# headless Chromium for the browser tests (Debian); optional elsewhere
 	command -v chromium >/dev/null 2>&1 || (apt-get install -y -q chromium chromium-driver fonts-wqy-zenhei >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium chromium-driver fonts-wqy-zenhei >/dev/null 2>&1)) || echo "chromium not installed: browser tests will be skipped"
+	# the PostgreSQL server the database tests start in a temporary folder (Debian; they never use a running one)
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || (apt-get install -y -q postgresql >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q postgresql >/dev/null 2>&1)) || echo "postgresql not installed: PostgreSQL tests will be skipped"
 	touch $(STAMP)
 
 install: $(STAMP)

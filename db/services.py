@@ -897,7 +897,7 @@ def auto_code(s: Session, batch_id: int, min_confidence: float, username: str, *
             out[key] += 1
     rows = s.execute(base.with_only_columns(Mention, SuggestionRow)
                      .where(SuggestionRow.model_version == model_version, SuggestionRow.confidence >= threshold,
-                            ~in_audit, ~on_screen)).all()
+                            ~in_audit, ~on_screen).order_by(Mention.position)).all()  # file order on every backend
     terms = _terms(s, batch.vocabulary_id, {t for _, sug in rows for t in sug.chosen})
     ids = []
     for m, sug in rows:

@@ -1,8 +1,19 @@
-"""Shared test fixtures."""
+"""Shared test fixtures.
+
+Database tests run on both backends the app supports: a SQLite file and a real PostgreSQL server that the
+tests start themselves (tests/postgres.py: Debian's server binaries, a throw-away cluster, one fresh
+database per test). ``TERMNORM_TEST_BACKENDS=sqlite`` narrows a local run; CI runs both, and with
+``CI=true`` a missing PostgreSQL server is a failure, not a skip.
+"""
 
 from __future__ import annotations
 
+import os
+import uuid
+
 import pytest
+
+BACKENDS = tuple(b for b in os.environ.get("TERMNORM_TEST_BACKENDS", "sqlite,postgresql").split(",") if b)
 
 
 @pytest.fixture(scope="module")
@@ -20,23 +31,53 @@ def one_torch_thread():
 @pytest.fixture(autouse=True)
 def instant_clicks(monkeypatch):
     """AppTest clicks a button the instant a page is drawn; the coding page ignores decisions that come sooner
-    than a person could read the mention (pages/coding_queue.py MIN_DWELL_S). The browser tests set it back."""
+    than a person could read the mention (pages/coding_queue.py MIN_GAP_S). The browser tests set it back."""
     monkeypatch.setenv("TERMNORM_MIN_DWELL_S", "0")
 
 
+@pytest.fixture(scope="session")
+def postgres_server():
+    """One private PostgreSQL server for the session (tests/postgres.py); its URL, or a skip outside CI when
+    no server is installed."""
+    import postgres
+
+    if postgres.bin_dir() is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("PostgreSQL server binaries missing (Debian: apt-get install postgresql)")
+        pytest.skip("no PostgreSQL server installed")
+    with postgres.postgres_server() as server_url:
+        yield server_url
+
+
+def fresh_url(backend: str, tmp_path, request) -> str:
+    """An empty database of ``backend``: a SQLite file in ``tmp_path`` or a new database on the session's
+    PostgreSQL server."""
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path / 'termnorm.sqlite3'}"
+    import postgres
+
+    server = request.getfixturevalue("postgres_server")
+    return postgres.fresh_database(server, f"t_{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request) -> str:
+    return request.param
+
+
 @pytest.fixture
-def url(tmp_path):
-    """A fresh SQLite file for the database layer (its engine is disposed afterwards)."""
+def url(backend, tmp_path, request):
+    """A fresh database of each backend for the database layer (its engine is disposed afterwards)."""
     from db import services
 
-    u = f"sqlite:///{tmp_path / 'termnorm.sqlite3'}"
+    u = fresh_url(backend, tmp_path, request)
     yield u
     services.dispose(u)
 
 
 @pytest.fixture
 def db_url(url):
-    """The fresh SQLite file, migrated to the newest schema (Alembic)."""
+    """The fresh database, migrated to the newest schema (Alembic)."""
     from db import services
 
     services.init_db(url)

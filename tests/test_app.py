@@ -24,8 +24,7 @@ TIMEOUT = 60  # the first run of a process loads jieba and builds the engine (~6
 
 
 @pytest.fixture
-def db_url(tmp_path, monkeypatch):
-    url = f"sqlite:///{tmp_path / 'app.sqlite3'}"
+def db_url(url, monkeypatch):  # conftest's url: a fresh database of each backend
     monkeypatch.setenv("TERMNORM_DB_URL", url)
     monkeypatch.setenv("TERMNORM_AUTH", "off")  # sign-in is tested in test_dashboard_pages.py; here the typed name
     yield url

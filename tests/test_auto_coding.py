@@ -27,9 +27,9 @@ SERVING, RETIRED = "demo-procedures-v2", "demo-procedures-v1"
 
 
 @pytest.fixture
-def team(tmp_path, monkeypatch):
-    """Sign-in on; root (admin), lead1, coder1; the demo procedures with a 12-mention batch; an empty registry."""
-    url = f"sqlite:///{tmp_path / 'auto.sqlite3'}"
+def team(url, tmp_path, monkeypatch):
+    """Sign-in on; root (admin), lead1, coder1; the demo procedures with a 12-mention batch; an empty registry.
+    ``url``: a fresh database of each backend (conftest)."""
     monkeypatch.setenv("TERMNORM_DB_URL", url)
     monkeypatch.setenv("TERMNORM_MODELS", str(tmp_path / "models"))
     monkeypatch.delenv("TERMNORM_AUTH", raising=False)

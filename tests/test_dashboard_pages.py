@@ -34,9 +34,9 @@ USERS = (("lead1", "lead"), ("li", "annotator"), ("wang", "annotator"), ("coder1
 
 
 @pytest.fixture
-def world(tmp_path, monkeypatch):
-    """Sign-in on; an admin, a lead, two annotators, a coder; the demo data; a 6-mention thyroid batch."""
-    url = f"sqlite:///{tmp_path / 'pages.sqlite3'}"
+def world(url, tmp_path, monkeypatch):
+    """Sign-in on; an admin, a lead, two annotators, a coder; the demo data; a 6-mention thyroid batch.
+    ``url``: a fresh database of each backend (conftest)."""
     monkeypatch.setenv("TERMNORM_DB_URL", url)
     monkeypatch.setenv("TERMNORM_JOBS", str(tmp_path / "jobs"))  # scoring on gold runs as a background job
     monkeypatch.setenv("TERMNORM_MODELS", str(tmp_path / "models"))

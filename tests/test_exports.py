@@ -44,8 +44,7 @@ def vocabulary(codes: dict[str, str] = TERMS) -> Vocabulary:
 
 
 @pytest.fixture
-def db(tmp_path):
-    url = f"sqlite:///{tmp_path / 'exports.sqlite3'}"
+def db(url):  # conftest's url: a fresh database of each backend
     S.init_db(url)
     with S.session_scope(url) as s:
         vid = S.load_vocabulary(s, vocabulary(), "procedures")
@@ -305,8 +304,7 @@ def test_omop_options_are_checked(db, tmp_path):
 
 # ------------------------------------------------------------------ the page
 @pytest.fixture
-def app_db(tmp_path, monkeypatch):
-    url = f"sqlite:///{tmp_path / 'app.sqlite3'}"
+def app_db(url, monkeypatch):
     monkeypatch.setenv("TERMNORM_DB_URL", url)
     monkeypatch.setenv("TERMNORM_AUTH", "off")
     yield url

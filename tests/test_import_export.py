@@ -38,8 +38,7 @@ def vocabulary() -> Vocabulary:
 
 
 @pytest.fixture
-def db(tmp_path):
-    url = f"sqlite:///{tmp_path / 'io.sqlite3'}"
+def db(url):  # conftest's url: a fresh database of each backend
     S.init_db(url)
     with S.session_scope(url) as s:
         vid = S.load_vocabulary(s, vocabulary(), "procedures")

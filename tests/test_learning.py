@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import fresh_url
 from streamlit.testing.v1 import AppTest
 
 from db import learning, loader, services as S, serving
@@ -27,8 +28,8 @@ needs_data = pytest.mark.skipif(not (DATA / "yidu-n7k" / "val.xlsx").is_file(), 
 
 
 @pytest.fixture
-def url(tmp_path, monkeypatch):
-    u = f"sqlite:///{tmp_path / 'db.sqlite3'}"
+def url(backend, tmp_path, request, monkeypatch):
+    u = fresh_url(backend, tmp_path, request)  # a fresh database of each backend (conftest)
     monkeypatch.setenv("TERMNORM_DB_URL", u)
     monkeypatch.setenv("TERMNORM_MODELS", str(tmp_path / "models"))
     monkeypatch.setenv("TERMNORM_JOBS", str(tmp_path / "jobs"))

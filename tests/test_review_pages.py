@@ -20,8 +20,7 @@ TIMEOUT = 90
 
 
 @pytest.fixture
-def team(tmp_path, monkeypatch):
-    url = f"sqlite:///{tmp_path / 'team.sqlite3'}"
+def team(url, tmp_path, monkeypatch):  # conftest's url: a fresh database of each backend
     monkeypatch.setenv("TERMNORM_DB_URL", url)
     monkeypatch.delenv("TERMNORM_AUTH", raising=False)  # sign-in on, as deployed
     monkeypatch.setenv("TERMNORM_BCRYPT_ROUNDS", "4")

@@ -27,11 +27,11 @@ VARIANTS = ("", "（复诊）", "术后", " 待查", "（左）", "史", " 拟�
 
 
 @pytest.fixture
-def env(tmp_path, monkeypatch):
-    """A seeded demo database, a jobs root and a registry root of this test (the workers inherit them)."""
+def env(url, tmp_path, monkeypatch):
+    """A seeded demo database (``url``: a fresh one of each backend, conftest), a jobs root and a registry root
+    of this test (the workers inherit them)."""
     from pages import _ui
 
-    url = f"sqlite:///{tmp_path / 'jobs.sqlite3'}"
     monkeypatch.setenv("TERMNORM_DB_URL", url)
     monkeypatch.setenv("TERMNORM_JOBS", str(tmp_path / "jobs"))
     monkeypatch.setenv("TERMNORM_MODELS", str(tmp_path / "models"))
