@@ -17,10 +17,16 @@ set), then taught to the engine with ``Engine.add_coded_mention`` (the app's
   retraining) returns exactly the corrected terms -- the contract says 100%.
 
 Writes ``benchmarks/results/learning_curve.json`` and ``learning_curve.html``
-(plotly; ``.png`` too when kaleido is installed). Run with ``nice``:
+(plotly; ``.png`` too when kaleido is installed). ``--cold-start`` measures the
+loop from zero instead (:func:`run_cold`): the full vocabulary, no coded history,
+the shipped cold-start model, the app's own retraining and gate after 100 / 300
+/ 1,000 / 2,000 decisions, on Yidu-N7K and CHIP-CDN, uncertainty vs random
+order -> ``learning_curve_cold.json``. Run with ``nice``:
 
     nice python3 benchmarks/learning_curve.py            # ~15 min on 2 shared cores
     nice python3 benchmarks/learning_curve.py --base 200 --rounds 2 --per-round 50 --val 200   # smoke
+    nice python3 benchmarks/learning_curve.py --cold-start                 # from zero, both sets (hours)
+    nice python3 benchmarks/learning_curve.py --cold-start --sets yidu --orders random --checkpoints 100 --val 200
 """
 
 from __future__ import annotations
@@ -55,6 +61,31 @@ def load_yidu(data: Path):
 def accuracy(engine, mentions) -> float:
     sugs = engine.suggest_batch([m.text for m in mentions])
     return float(np.mean([set(s.chosen) == set(m.terms) for s, m in zip(sugs, mentions)]))
+
+
+def decide_as_coders(url: str, engine, picked, picked_sugs, gold_of, text_of, instant: bool = False):
+    """The simulated coders, through the app's code path: store what they are shown, accept when the engine's set
+    is the gold one, else correct with it, and teach the engine at once (as pages/_ui.decide does). With
+    ``instant``, also ask the engine again for each corrected mention (no retraining) and count how many now
+    get their corrected terms. Returns (corrections, corrected mentions re-asked, of those right)."""
+    from db import services as S
+
+    n_corr = n_inst = n_inst_ok = 0
+    with S.session_scope(url) as s:
+        S.store_suggestions(s, picked, picked_sugs)
+        for mid, sug in zip(picked, picked_sugs):
+            gold = gold_of[mid]
+            right = set(sug.chosen) == set(gold)
+            if right:
+                S.record_decision(s, mid, "coder", "accept")
+            else:
+                S.record_decision(s, mid, "coder", "correct", gold)
+                n_corr += 1
+            engine.add_coded_mention(text_of[mid], gold)
+            if instant and not right:  # instant effect: the very next query, no retraining
+                n_inst += 1
+                n_inst_ok += set(engine.suggest(text_of[mid]).chosen) == set(gold)
+    return n_corr, n_inst, n_inst_ok
 
 
 def run_order(order: str, args, vocab, base_folder: Path, pool, gate_gold, val, log) -> dict:
@@ -106,21 +137,8 @@ def run_order(order: str, args, vocab, base_folder: Path, pool, gate_gold, val, 
                 picked = sorted(rng.choice(open_ids, size=min(args.per_round, len(open_ids)), replace=False).tolist())
                 picked_sugs = engine.suggest_batch([text_of[i] for i in picked])
             t_pick = time.perf_counter() - t_round
-            # ---- the coders: store what they are shown, decide, teach the engine (as pages/_ui.decide does)
-            n_corr = n_inst = n_inst_ok = 0
-            with S.session_scope(url) as s:
-                S.store_suggestions(s, picked, picked_sugs)
-                for mid, sug in zip(picked, picked_sugs):
-                    gold = gold_of[mid]
-                    if set(sug.chosen) == set(gold):
-                        S.record_decision(s, mid, "coder", "accept")
-                    else:
-                        S.record_decision(s, mid, "coder", "correct", gold)
-                        n_corr += 1
-                    engine.add_coded_mention(text_of[mid], gold)
-                    if set(sug.chosen) != set(gold):  # instant effect: the very next query, no retraining
-                        n_inst += 1
-                        n_inst_ok += set(engine.suggest(text_of[mid]).chosen) == set(gold)
+            n_corr, n_inst, n_inst_ok = decide_as_coders(url, engine, picked, picked_sugs, gold_of, text_of,
+                                                         instant=True)
             picked_set = set(picked)
             open_ids = [i for i in open_ids if i not in picked_set]
             decisions += len(picked)
@@ -235,6 +253,162 @@ def plot(result: dict, out: Path) -> list[str]:
     return written
 
 
+# ====================================================================================== cold start
+#: (vocabulary file, pool = the coders' mentions, held-out file, the set's metric) per set of --cold-start
+COLD_SETS = {
+    "yidu": ("yidu-n7k/code.txt", "yidu-n7k/train.xlsx", "yidu-n7k/val.xlsx", "accuracy"),
+    "cdn": ("chip-cdn/icd10_beijing_clinical_v601.xlsx", "chip-cdn/train.json", "chip-cdn/dev.json", "micro_f1"),
+}
+COLD_CHECKPOINTS = (100, 300, 1000, 2000)
+
+
+def measure(engine, mentions) -> dict:
+    """Exact-set accuracy and micro-F1 (the CHIP-CDN metric) of ``engine`` on labelled ``mentions``."""
+    from termnorm.evaluate import evaluate_predictions
+
+    sugs = engine.suggest_batch([m.text for m in mentions])
+    m = evaluate_predictions([x.terms for x in mentions], [x.chosen for x in sugs],
+                             [[c.term for c in x.candidates] for x in sugs])
+    return {"accuracy": float(m["accuracy"]), "micro_f1": float(m["micro_f1"])}
+
+
+def run_cold(set_name: str, order: str, args, data: Path, log) -> dict:
+    """One coding campaign from zero through the app's code path.
+
+    A fresh database holds the full vocabulary and the set's pipeline settings (what ``termnorm load-data``
+    stores); no coded history. Half of the official held-out file is a labelled batch on the held-out side
+    of the evaluation split (the gate's mentions); the other half is never in the database and measures
+    each serving model (so the numbers reported are not the ones the gate chose on). Round 0 is the shipped
+    cold-start model (db.serving.build_engine with nothing fitted). Simulated coders answer the pool's
+    mentions with their gold terms (store the suggestion shown, accept when right, else correct; the engine
+    learns at once), and at each checkpoint the app's retraining runs (termnorm.retrain.retrain: gated
+    against the serving model on the held-out side, promoted or refused); the model measured is then the
+    one serving, rebuilt from the database as the pages build it.
+    """
+    from db import learning, serving
+    from db import services as S
+    from db.loader import PIPELINES
+    from termnorm import active
+    from termnorm.io import load_labelled, load_vocabulary
+    from termnorm.registry import Registry
+    from termnorm.retrain import retrain
+
+    vfile, pool_file, held_file, metric = COLD_SETS[set_name]
+    vocab = load_vocabulary(data / vfile, name=f"{set_name}-cold")
+    pool = load_labelled(data / pool_file, vocab).mentions
+    held = [m for m in load_labelled(data / held_file, vocab).mentions if m.terms and all(t in vocab for t in m.terms)]
+    rng = np.random.default_rng(args.seed)
+    pool = [pool[i] for i in rng.permutation(len(pool))]
+    held = [held[i] for i in rng.permutation(len(held))]
+    gate_half, report = held[: len(held) // 2], held[len(held) // 2:][: args.val]
+    work = Path(tempfile.mkdtemp(prefix=f"lc-cold-{set_name}-{order}-"))
+    url = f"sqlite:///{work / 'db.sqlite3'}"
+    try:
+        S.init_db(url)
+        with S.session_scope(url) as s:
+            vid = S.load_vocabulary(s, vocab, vocab.name)
+            S.ensure_user(s, "lead", role="lead")
+            settings = dict(PIPELINES.get(vfile, {}), prior=not args.no_prior)
+            if settings.pop("keywords", False):
+                settings["keyword_dir"] = str((data / "keywords").resolve())
+            learning.set_pipeline_settings(s, vid, settings, "lead")
+            gbid = S.create_batch(s, "held out (gate)", vid, gate_half, username="lead")
+            learning.assign_by_file(s, vid, {gbid: "eval"}, "lead")
+            pbid = S.create_batch(s, "pool", vid, [m.text for m in pool], username="lead")  # answers stay with coders
+            rows = S.mentions(s, pbid)
+        gold_of = {r["id"]: m.terms for r, m in zip(rows, pool)}
+        text_of = {r["id"]: r["text"] for r in rows}
+        reg = Registry.for_vocabulary(vocab.name, work / "registry")
+
+        t = time.perf_counter()
+        engine = serving.build_engine(url, vid, None, root=reg.root)  # the shipped cold-start model
+        m0 = measure(engine, report)
+        log(f"[{set_name}/{order}] round 0 ({engine.model_version}): {metric} {m0[metric]:.4f} "
+            f"({time.perf_counter() - t:.0f} s)")
+        curve = [{"decisions": 0, "version": engine.model_version, "promoted": True, **m0,
+                  "candidate": dict(m0)}]
+        open_ids = [r["id"] for r in rows]
+        done = 0
+        for target in [c for c in args.checkpoints if c <= len(open_ids)]:
+            t_round = time.perf_counter()
+            need = target - done
+            if order == "uncertainty":
+                cand = open_ids if len(open_ids) <= args.pool_sample else \
+                    sorted(rng.choice(open_ids, size=args.pool_sample, replace=False).tolist())
+                sugs = engine.suggest_batch([text_of[i] for i in cand])
+                idx = active.order_by_uncertainty(sugs)[:need]
+                picked, picked_sugs = [cand[i] for i in idx], [sugs[i] for i in idx]
+            else:
+                picked = sorted(rng.choice(open_ids, size=need, replace=False).tolist())
+                picked_sugs = engine.suggest_batch([text_of[i] for i in picked])
+            corrections, _, _ = decide_as_coders(url, engine, picked, picked_sugs, gold_of, text_of)
+            picked_set = set(picked)
+            open_ids = [i for i in open_ids if i not in picked_set]
+            done = target
+            res = retrain(vid, url=url, registry=reg, neural=False, seed=args.seed, by="lead")
+            cand = measure(res.engine, report)
+            engine = serving.build_engine(url, vid, reg.current_version(), root=reg.root)  # what the pages serve
+            now = measure(engine, report)
+            g = res.gate
+            curve.append({"decisions": done, "corrections": corrections, "version": reg.current_version()
+                          or reg.shipped_name(), "promoted": res.promoted, **now, "candidate": cand,
+                          "gate": {k: g.get(k) for k in ("reason", "candidate", "current", "current_version",
+                                                         "gold_n", "only_candidate", "only_current", "sign_p")},
+                          "retrain_seconds": res.seconds.get("total"),
+                          "round_seconds": round(time.perf_counter() - t_round, 1)})
+            log(f"[{set_name}/{order}] {done} decisions ({corrections} corrections this round): candidate "
+                f"{metric} {cand[metric]:.4f}, {'promoted' if res.promoted else 'refused'} "
+                f"(gate {g.get('candidate') or 0:.4f} vs {g.get('current') or 0:.4f} on {g.get('gold_n')}); serving "
+                f"{now[metric]:.4f}; round {time.perf_counter() - t_round:.0f} s")
+        return {"set": set_name, "order": order, "metric": metric, "n_report": len(report), "n_gate": len(gate_half),
+                "curve": curve}
+    finally:
+        S.dispose(url)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def summarize_cold(runs: list[dict]) -> dict:
+    """Per set and order: the gain after 1,000 decisions in the set's metric (target +10 points) and whether
+    any promoted round measured below the model it replaced (on the report half, which the gate never saw)."""
+    out = {}
+    for r in runs:
+        c, metric = r["curve"], r["metric"]
+        at = next((p for p in c if p["decisions"] == 1000), None)
+        worse = [p["decisions"] for prev, p in zip(c, c[1:]) if p["promoted"] and p[metric] < prev[metric] - 1e-9]
+        out[f"{r['set']}/{r['order']}"] = {
+            "metric": metric, "start": c[0][metric], "at_1000": None if at is None else at[metric],
+            "gain_at_1000_points": None if at is None else round(100 * (at[metric] - c[0][metric]), 1),
+            "meets_plus_10": None if at is None else at[metric] - c[0][metric] >= 0.10,
+            "final": c[-1][metric], "decisions": c[-1]["decisions"],
+            "promoted_rounds": [p["decisions"] for p in c[1:] if p["promoted"]],
+            "refused_rounds": [p["decisions"] for p in c[1:] if not p["promoted"]],
+            "promoted_below_replaced": worse}
+    return out
+
+
+def main_cold(args) -> int:
+    from termnorm.retrain import limited_threads
+
+    data = Path(args.data)
+    t0 = time.perf_counter()
+
+    def log(msg: str) -> None:
+        print(f"{time.perf_counter() - t0:7.1f}s  {msg}", flush=True)
+
+    runs = []
+    with limited_threads():
+        for set_name in [x.strip() for x in args.sets.split(",") if x.strip()]:
+            for order in [o.strip() for o in args.orders.split(",") if o.strip()]:
+                runs.append(run_cold(set_name, order, args, data, log))
+    result = {"settings": vars(args), "runs": runs, "summary": summarize_cold(runs),
+              "seconds": round(time.perf_counter() - t0, 1)}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / ("learning_curve_cold_no_prior.json" if args.no_prior else "learning_curve_cold.json"), result)
+    print(json.dumps(result["summary"], ensure_ascii=False, indent=1, default=float))
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=str(DATA))
@@ -249,7 +423,20 @@ def main(argv=None) -> int:
     ap.add_argument("--margin", type=float, default=0.0, help="gate margin")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--cold-start", action="store_true",
+                    help="from zero through the app's code path (run_cold): the full vocabulary, no coded history, "
+                         "the shipped cold-start model, checkpoints --checkpoints, sets --sets; writes "
+                         "learning_curve_cold.json")
+    ap.add_argument("--sets", default="yidu,cdn", help="--cold-start: sets among " + ", ".join(COLD_SETS))
+    ap.add_argument("--checkpoints", default=",".join(map(str, COLD_CHECKPOINTS)),
+                    help="--cold-start: decisions after which the app retrains")
+    ap.add_argument("--no-prior", action="store_true",
+                    help="--cold-start: retrain without the cold-start ranker's score as an input (termnorm.rank.prior)")
     args = ap.parse_args(argv)
+    if args.cold_start:
+        args.checkpoints = [int(x) for x in str(args.checkpoints).split(",") if x.strip()]
+        args.pool_sample = args.pool_sample or 3000
+        return main_cold(args)
 
     data = Path(args.data)
     if not (data / "yidu-n7k" / "train.xlsx").exists():

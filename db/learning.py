@@ -39,7 +39,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from db import auth, services
-from db.models import SPLITS, AppSetting, Batch, Decision, Mention
+from db.models import SPLITS, Batch, Decision, Mention
 from termnorm.text.normalize import normalize
 
 TRAIN, EVAL = SPLITS
@@ -56,22 +56,18 @@ SETTING_KEY = "eval_split:{}"
 # ------------------------------------------------------------------------------------- settings
 def split_settings(s: Session, vocabulary_id: int) -> dict:
     """The vocabulary's split settings: ``share``, ``seed``, who set them and when (defaults until a lead does)."""
-    row = s.get(AppSetting, SETTING_KEY.format(vocabulary_id))
-    value = ((row.value or {}).get("value") or {}) if row is not None else {}
+    value = services.get_setting(s, SETTING_KEY.format(vocabulary_id))
+    stored = value is not None
+    value = value or {}
     return {"share": float(value.get("share", DEFAULT_SHARE)), "seed": int(value.get("seed", DEFAULT_SEED)),
-            "set_by": value.get("set_by", ""), "set_at": value.get("set_at", ""), "stored": row is not None,
+            "set_by": value.get("set_by", ""), "set_at": value.get("set_at", ""), "stored": stored,
             "by_file": dict(value.get("by_file") or {})}
 
 
-def _store_settings(s: Session, vocabulary_id: int, share: float, seed: int, by: str) -> None:
-    key = SETTING_KEY.format(vocabulary_id)
-    value = {"value": {"share": share, "seed": seed, "set_by": by,
-                       "set_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}}
-    row = s.get(AppSetting, key)
-    if row is None:
-        s.add(AppSetting(key=key, value=value))
-    else:
-        row.value = value
+def _store_settings(s: Session, vocabulary_id: int, share: float, seed: int, by: str, **more) -> None:
+    services.put_setting(s, SETTING_KEY.format(vocabulary_id),
+                         {"share": share, "seed": seed, "set_by": by,
+                          "set_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), **more})
 
 
 def check_share(share: float) -> float:
@@ -220,15 +216,8 @@ def assign_by_file(s: Session, vocabulary_id: int, sides: dict[int, str], userna
     _write_sides(s, chosen)
     n_eval = sum(v == EVAL for v in chosen.values())
     names = dict(s.execute(select(Batch.id, Batch.name).where(Batch.id.in_(list(sides)))).all())
-    key = SETTING_KEY.format(vocabulary_id)
-    value = {"value": {"share": round(n_eval / len(chosen), 4) if chosen else DEFAULT_SHARE, "seed": DEFAULT_SEED,
-                       "by_file": {names.get(b, str(b)): side for b, side in sides.items()}, "set_by": username,
-                       "set_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}}
-    row = s.get(AppSetting, key)
-    if row is None:
-        s.add(AppSetting(key=key, value=value))
-    else:
-        row.value = value
+    _store_settings(s, vocabulary_id, round(n_eval / len(chosen), 4) if chosen else DEFAULT_SHARE, DEFAULT_SEED,
+                    username, by_file={names.get(b, str(b)): side for b, side in sides.items()})
     s.commit()
     return split_summary(s, vocabulary_id)
 
@@ -236,14 +225,14 @@ def assign_by_file(s: Session, vocabulary_id: int, sides: dict[int, str], userna
 # ------------------------------------------------------------------------------------- pipeline settings
 PIPELINE_KEY = "pipeline:{}"
 #: What a fit of the vocabulary's pipeline uses when no fitted version says otherwise (termnorm.retrain): the
-#: keyword lists' folder, the recall profile and candidate cut, and the metric the output rule is chosen for.
+#: keyword lists' folder, the recall profile and candidate cut, the metric the output rule is chosen for, and
+#: whether the cold-start ranker's score is an input (termnorm.rank.prior).
 PIPELINE_DEFAULTS = {"keyword_dir": None, "recall_profile": "wide", "max_candidates": None,
-                     "output_rule_metric": "accuracy"}
+                     "output_rule_metric": "accuracy", "prior": True}
 
 
 def pipeline_settings(s: Session, vocabulary_id: int) -> dict:
-    row = s.get(AppSetting, PIPELINE_KEY.format(vocabulary_id))
-    return dict(PIPELINE_DEFAULTS, **(((row.value or {}).get("value") or {}) if row is not None else {}))
+    return dict(PIPELINE_DEFAULTS, **(services.get_setting(s, PIPELINE_KEY.format(vocabulary_id)) or {}))
 
 
 def set_pipeline_settings(s: Session, vocabulary_id: int, settings: dict, username: str) -> None:
@@ -252,13 +241,8 @@ def set_pipeline_settings(s: Session, vocabulary_id: int, settings: dict, userna
     unknown = set(settings) - set(PIPELINE_DEFAULTS)
     if unknown:
         raise ValueError(f"unknown pipeline setting {sorted(unknown)[0]!r}; expected {', '.join(PIPELINE_DEFAULTS)}")
-    key = PIPELINE_KEY.format(vocabulary_id)
     value = dict(pipeline_settings(s, vocabulary_id), **settings)
-    row = s.get(AppSetting, key)
-    if row is None:
-        s.add(AppSetting(key=key, value={"value": value}))
-    else:
-        row.value = {"value": value}
+    services.put_setting(s, PIPELINE_KEY.format(vocabulary_id), value)
     services._audit(s, user, "set_pipeline_settings", "vocabulary", vocabulary_id, {"settings": value})
     s.commit()
 

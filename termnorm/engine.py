@@ -151,6 +151,7 @@ class Engine:
         self.diff_scorer = None
         # per-term text classifier over the coded mentions (termnorm.rank.termclf), score key "clf"
         self.term_classifier = None
+        self.prior = None  # termnorm.rank.prior: the cold-start ranker's score as an input (use_prior)
         self.meta: dict = {}
         # abbreviations added at run time (the demo list, coders' ones): vocabulary search only -- the recall
         # union keeps the keyword folder's table, since its "_abbr" keys are features of a fitted ranker
@@ -199,32 +200,28 @@ class Engine:
     def use_pretrained_ranker(self, path) -> bool:
         """Load a ranker written by :meth:`export_ranker`; False (and the untrained pipeline) if absent or
         unreadable (e.g. written by an incompatible scikit-learn)."""
-        import warnings
+        from termnorm.rank.prior import load_exported_ranker
 
-        import joblib
-
-        from termnorm.lexrank import LexicalRanker, PairFeaturizer
-
-        if not path or not Path(path).exists():
+        loaded = load_exported_ranker(path, self.tagger)
+        if loaded is None:
             return False
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                state = joblib.load(path)
-        except Exception as e:  # an old pickle must never stop the app
-            warnings.warn(f"{path}: pretrained ranker not loaded ({e}); using recall order")
-            return False
-        # rankers exported before the list-context and part-coverage features have neither
-        feat = PairFeaturizer(state["score_keys"], tagger=self.tagger, context=state.get("context", False))
-        r = LexicalRanker(feat, theta=state["theta"], count_parts=state.get("count_parts", False))
-        r.pair_model, r.count_model, r.rule = state["pair_model"], state["count_model"], tuple(state["rule"])
-        r.bag = state.get("bag", 1)
-        self.lexranker, self.confidence_model = r, state["confidence_model"]
-        self.diff_scorer = state.get("diff_scorer")
-        if self.diff_scorer is not None:
-            self.diff_scorer.tagger = self.tagger
+        self.lexranker, self.confidence_model = loaded["ranker"], loaded["confidence_model"]
+        self.diff_scorer = loaded["diff_scorer"]
+        state = loaded["state"]
         self.model_version = f"pretrained:{state.get('model_version', Path(path).stem)}"
         self.meta.update(pretrained_ranker=str(path), trained_on=state.get("trained_on", ""))
+        return True
+
+    def use_prior(self, path) -> bool:
+        """Give every candidate score ``prior``, the exported cold-start ranker's probability (termnorm.rank.prior),
+        for a ranker fitted afterwards to learn on top of it; False if the file cannot be read."""
+        from termnorm.rank.prior import PriorScorer
+
+        try:
+            self.prior = PriorScorer(path, self.tagger)
+        except FileNotFoundError:
+            return False
+        self.meta["prior"] = self.prior.path
         return True
 
     def _union(self, strategies, split: bool):
@@ -250,7 +247,13 @@ class Engine:
         if self.diff_scorer is not None:
             self.diff_scorer.annotate(mentions, cands)
         self._kar_scores(mentions, cands)
+        self._prior_scores(mentions, cands)
         return cands
+
+    def _prior_scores(self, mentions, cand_lists) -> None:
+        """Score "prior" (termnorm.rank.prior) when the engine has one."""
+        if getattr(self, "prior", None) is not None:  # getattr: engines pickled before priors existed
+            self.prior.annotate(list(mentions), cand_lists, [self._n_parts(m) for m in mentions])
 
     def _kar_scores(self, mentions, cand_lists) -> None:
         """The keyword-attentive ranker's P(match) for every candidate, kept as score "kar"."""
@@ -479,6 +482,7 @@ class Engine:
                 cand_lists.append(cands)
                 hcounts.append(len(hit) if hit else 0)
             self._kar_scores(texts, cl)
+            self._prior_scores(texts, cl)
         return order, cand_lists, hcounts
 
     def _fit_ranker(self, feat, mentions, cand_lists, golds, n_parts, hcounts, rng, seed,
@@ -664,6 +668,7 @@ class Engine:
                      "keyword_dir": str(self.keyword_dir) if self.keyword_dir else None,
                      "recall_profile": self.recall_profile, "max_candidates": self.max_candidates,
                      "diff_scorer": self.diff_scorer, "term_classifier": self.term_classifier,
+                     "prior": getattr(self, "prior", None),
                      "added_abbreviations": list(self.added_abbreviations)},
                     folder / "pipeline.joblib", compress=3)
         config = {"format": "termnorm-pipeline/1", "model_version": self.model_version,
@@ -715,6 +720,9 @@ class Engine:
         if eng.diff_scorer is not None:
             eng.diff_scorer.tagger = eng.tagger
         eng.term_classifier = state.get("term_classifier")
+        eng.prior = state.get("prior")
+        if eng.prior is not None:
+            eng.prior.set_tagger(eng.tagger)
         eng.add_abbreviations(state.get("added_abbreviations", ()))
         eng.meta = config
         return eng

@@ -556,7 +556,7 @@ def retrain(vocabulary_id: int, *, url: str | None = None, registry=None, gold: 
 def _retrain(vocabulary_id, *, url, registry, gold, gate, base, current, keyword_dir, alpha, top_k, neural,
              neural_budget_s, seed, by, progress) -> RetrainResult:
     from db import learning, services
-    from termnorm.engine import Engine
+    from termnorm.engine import PRETRAINED, Engine, cold_start_domain
     from termnorm.registry import Gate, Registry
 
     say = progress or (lambda f, m: None)
@@ -604,6 +604,12 @@ def _retrain(vocabulary_id, *, url, registry, gold, gate, base, current, keyword
                     max_candidates=max_candidates)
     engine.meta["output_rule_metric"] = (current.meta.get("output_rule_metric", "accuracy") if fitted
                                          else settings["output_rule_metric"])
+    # the cold-start ranker's probability as one more input (termnorm.rank.prior): the first fits learn from a
+    # few hundred decisions only, and without it start from scratch below the model they would replace
+    if (getattr(current, "prior", None) is not None) if fitted else settings.get("prior", True):
+        domain = cold_start_domain(vocab)
+        if domain is not None:
+            engine.use_prior(PRETRAINED[domain])
     secs["engine"] = round(time.perf_counter() - t1, 2)
 
     t1 = time.perf_counter()

@@ -307,5 +307,16 @@ def test_a_first_fit_takes_the_vocabularys_pipeline_settings(tmp_path):
         res = R.retrain(vid, url=url, registry=reg, gate=Gate(min_n=10), neural=False)
         assert (res.engine.recall_profile, res.engine.max_candidates) == ("compact", 30)
         assert res.engine.meta["output_rule_metric"] == "micro_f1"
+        # the cold-start ranker's probability is an input of the fitted ranker (termnorm.rank.prior) ...
+        assert res.engine.prior is not None and "prior" in res.engine.lexranker.featurizer.score_keys
+        sug = res.engine.suggest(demo_mentions("procedures")[0].text)
+        assert all(0.0 <= c.scores["prior"] <= 1.0 for c in sug.candidates)
+        # ... kept through save / load (the registry's version folder), and off when the settings say so
+        again = reg.load(res.version)
+        assert again.prior is not None and again.suggest(sug.mention).chosen == sug.chosen
+        with S.session_scope(url) as s:
+            learning.set_pipeline_settings(s, vid, {"prior": False}, "lead1")
+        reg2 = Registry.for_vocabulary(VOCAB, tmp_path / "registry2")
+        assert R.retrain(vid, url=url, registry=reg2, gate=Gate(min_n=10), neural=False).engine.prior is None
     finally:
         S.dispose(url)
