@@ -121,7 +121,7 @@ def _load_vocabulary(name: str, vpath: Path, sets, folder: Path, db_url, limit, 
         missing = sum(not all(t in vocab for t in m.terms) for m in mentions)
         print(f"  {bname}: {len(mentions)} mentions"
               + (f", {missing} with gold names not in the vocabulary" if missing else "")
-              + (f" (decided as rejections saying which: not left open)" if rejected else ""))
+              + (" (decided as rejections saying which: not left open)" if rejected else ""))
         if coded:
             res.rejected_missing[bname] = rejected
     if sides:

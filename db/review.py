@@ -20,7 +20,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from db import auth, serving, services
-from db.models import AppSetting, Decision, Mention, REVIEW_STATUSES, utcnow
+from db.models import REVIEW_STATUSES, Decision, Mention, utcnow
 
 SELF_APPROVAL = "allow_self_approval"
 #: What can be approved: a mapping (accept / correct / auto) or a rejection ("no term of the vocabulary
@@ -32,20 +32,14 @@ REVIEWABLE = ("unchecked", "auto", "flagged", "needs_rereview")
 
 # ---------------------------------------------------------------------------------- settings
 def setting(s: Session, key: str, default=None):
-    row = s.get(AppSetting, key)
-    return default if row is None else row.value.get("value", default)
+    return services.get_setting(s, key, default)
 
 
 def set_setting(s: Session, key: str, value, username: str) -> None:
     """Admin only (PermissionError); audited with the old and the new value."""
     user = auth.require(s, username, "admin")
-    row = s.get(AppSetting, key)
-    old = None if row is None else row.value.get("value")
-    if row is None:
-        row = AppSetting(key=key, value={"value": value})
-        s.add(row)
-    else:
-        row.value = {"value": value}
+    old = services.get_setting(s, key)
+    services.put_setting(s, key, value)
     services._audit(s, user, "set_setting", "app_setting", None, {"key": key, "old": old, "new": value})
     s.commit()
 

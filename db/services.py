@@ -38,6 +38,7 @@ from db.models import (
     DECISION_ACTIONS,
     RELATIONSHIPS,
     ROLES,
+    AppSetting,
     AuditLog,
     Batch,
     Decision,
@@ -278,6 +279,22 @@ def audit_frame(s: Session, limit: int = 200) -> pd.DataFrame:
     return pd.DataFrame([{"id": a.id, "at": a.at, "user": a.username, "action": a.action,
                           "object": a.object_type, "object_id": a.object_id, "details": a.details} for a in rows],
                         columns=["id", "at", "user", "action", "object", "object_id", "details"])
+
+
+# ================================================================ app settings
+def get_setting(s: Session, key: str, default=None):
+    """A setting of the ``app_settings`` table (any JSON value), ``default`` when never set."""
+    row = s.get(AppSetting, key)
+    return default if row is None else row.value.get("value", default)
+
+
+def put_setting(s: Session, key: str, value) -> None:
+    """Set a setting in the caller's transaction (the caller checks the role, audits and commits)."""
+    row = s.get(AppSetting, key)
+    if row is None:
+        s.add(AppSetting(key=key, value={"value": value}))
+    else:
+        row.value = {"value": value}
 
 
 # ================================================================ vocabularies

@@ -54,22 +54,14 @@ def edition(url: str | None, vocabulary_id: int) -> int | None:
 def history_epoch(url: str | None, vocabulary_id: int) -> int:
     """Bumped whenever coded history the engines learnt is withdrawn (a lead sent decisions back): engines built
     before it are rebuilt, since an engine cannot unlearn a coded mention (its sieve would still answer it)."""
-    from db.models import AppSetting
-
     with services.session_scope(url) as s:
-        row = s.get(AppSetting, f"history_epoch:{vocabulary_id}")
-        return int(row.value.get("value", 0)) if row is not None else 0
+        return int(services.get_setting(s, f"history_epoch:{vocabulary_id}", 0))
 
 
 def bump_history_epoch(s, vocabulary_id: int) -> None:
     """Part of the caller's transaction (it commits)."""
-    from db.models import AppSetting
-
-    row = s.get(AppSetting, f"history_epoch:{vocabulary_id}")
-    if row is None:
-        s.add(AppSetting(key=f"history_epoch:{vocabulary_id}", value={"value": 1}))
-    else:
-        row.value = {"value": int(row.value.get("value", 0)) + 1}
+    key = f"history_epoch:{vocabulary_id}"
+    services.put_setting(s, key, int(services.get_setting(s, key, 0)) + 1)
 
 
 def shipped_engine(vocab, history) -> Engine:

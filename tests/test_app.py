@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import streamlit as st
+from helpers import rerun
 from streamlit.testing.v1 import AppTest
 
 from db import services
@@ -35,12 +36,6 @@ def start(**query) -> AppTest:
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     for k, v in query.items():
         at.query_params[k] = str(v)
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
-
-
-def rerun(at: AppTest) -> AppTest:
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     return at

@@ -9,11 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import rerun
 from scipy.stats import binomtest
 from sqlalchemy import func, select, update
 from streamlit.testing.v1 import AppTest
 
-from db import auth, serving, services
+from db import auth, services, serving
 from db.models import AuditLog, Decision, Term
 from termnorm import active
 from termnorm.engine import Engine, demo_mentions, demo_vocabulary
@@ -167,15 +168,7 @@ def page_as(user: str, team: dict) -> AppTest:
     at.session_state["auth_user"] = user
     at.session_state["vocabulary_id"] = team["vid"]
     at.session_state["batch_id"] = team["bid"]
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
-
-
-def rerun(at: AppTest) -> AppTest:
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return rerun(at)
 
 
 def promote_measured_version(team: dict) -> tuple[str, float]:

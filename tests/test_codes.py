@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import need
 from sqlalchemy import create_engine, select, text
 
 from db import auth, editions, review
@@ -28,14 +29,6 @@ REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data"
 YIDU = DATA / "yidu-n7k" / "code.txt"
 CDN = DATA / "chip-cdn" / "icd10_beijing_clinical_v601.xlsx"
-
-
-def need(path: Path) -> Path:
-    if not path.exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{path} is missing: CI must have ../shared/data")
-        pytest.skip(f"{path} not present")
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from helpers import rerun as run
 from streamlit.testing.v1 import AppTest
 
 from db import auth, dashboard_data, gold, services, suggest_jobs
@@ -54,12 +55,6 @@ def world(url, tmp_path, monkeypatch):
         mids = [m["id"] for m in services.mentions(s, bid)]
     yield {"url": url, "vocabulary_id": vid, "batch_id": bid, "mentions": mids}
     services.dispose(url)
-
-
-def run(at: AppTest) -> AppTest:
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
 
 
 def app_as(user: str | None, page: str | None = None, **state) -> AppTest:

@@ -15,6 +15,7 @@ import openpyxl
 import pandas as pd
 import pytest
 from fhir.resources.conceptmap import ConceptMap
+from helpers import rerun as run
 from sqlalchemy import update
 from streamlit.testing.v1 import AppTest
 
@@ -309,12 +310,6 @@ def app_db(url, monkeypatch):
     monkeypatch.setenv("TERMNORM_AUTH", "off")
     yield url
     S.dispose(url)
-
-
-def run(at: AppTest) -> AppTest:
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
 
 
 def test_page_prepares_the_export_then_downloads_ready_bytes(app_db, tmp_path):

@@ -8,6 +8,7 @@ import signal
 import time
 
 import pytest
+from helpers import wait_for
 
 from termnorm.jobs import FINAL, JobBusy, JobRunner, lock_key, pid_alive
 
@@ -21,16 +22,6 @@ def runner(tmp_path):
     for st in r.jobs():  # never leave a worker behind
         if st["state"] not in FINAL:
             r.cancel(st["id"], grace_s=1)
-
-
-def wait_for(pred, timeout=20.0):
-    end = time.time() + timeout
-    while time.time() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError("condition not reached")
 
 
 def test_job_runs_reports_progress_and_finishes(runner):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import rerun as run
 from streamlit.testing.v1 import AppTest
 
 from db import auth, services
@@ -33,12 +34,6 @@ def team(url, tmp_path, monkeypatch):  # conftest's url: a fresh database of eac
             auth.create_user(s, "root", name, f"{name}-password", role)
     yield {"url": url, "vid": vid, "bid": bid}
     services.dispose(url)
-
-
-def run(at: AppTest) -> AppTest:
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
 
 
 def app_as(user: str, page: str | None = None) -> AppTest:

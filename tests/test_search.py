@@ -8,12 +8,12 @@ names) come from ../shared/data: skipped when it is absent, except under ``CI=tr
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import time
 from pathlib import Path
 
 import pytest
+from helpers import need
 
 from termnorm.engine import DEMO_ABBREVIATIONS, Engine, demo_vocabulary
 from termnorm.io import load_keywords, load_vocabulary
@@ -26,14 +26,6 @@ YIDU = DATA / "yidu-n7k" / "code.txt"
 CDN = DATA / "chip-cdn" / "icd10_beijing_clinical_v601.xlsx"
 CDN_DEV = DATA / "chip-cdn" / "dev.json"
 KEYWORDS = DATA / "keywords"
-
-
-def need(path: Path) -> Path:
-    if not path.exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{path} is missing: CI must have ../shared/data")
-        pytest.skip(f"{path} not present")
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-import pytest
+from helpers import need
 
 from db import serving, services
 from termnorm.engine import cold_start_domain, demo_vocabulary
@@ -13,14 +12,6 @@ from termnorm.io import load_vocabulary
 from termnorm.vocabulary import Vocabulary
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-
-
-def need(path: Path) -> Path:
-    if not path.exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{path} is missing: CI must have ../shared/data")
-        pytest.skip(f"{path} not present")
-    return path
 
 
 def test_each_real_vocabulary_gets_the_cold_start_ranker_of_its_domain():

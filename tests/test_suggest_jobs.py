@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from helpers import wait_for
 from sqlalchemy import func, select
 
 from db import serving, services, suggest_jobs
@@ -54,16 +55,6 @@ def big_batch(env, n: int = 600) -> int:
              zip(range(n), (list(GOLD) * (n // len(GOLD) + 1)))]
     with services.session_scope(env["url"]) as s:
         return services.create_batch(s, "big", env["vid"], texts)
-
-
-def wait_for(pred, timeout=60.0):
-    end = time.time() + timeout
-    while time.time() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError("condition not reached")
 
 
 def latest_rows(url, batch_id) -> dict[int, tuple]:
