@@ -18,6 +18,7 @@ st.set_page_config(page_title="termnorm review", page_icon=":material/medical_in
 url = _ui.ready_database(_ui.db_url())
 
 user = _ui.current_user()
+_ui.cookie_script()  # the session cookie of a sign-in or sign-out, set in the browser
 if user is None:
     st.navigation([st.Page("pages/sign_in.py", title="Sign in", icon=":material/login:")]).run()
     st.stop()

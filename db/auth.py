@@ -32,15 +32,16 @@ import base64
 import hashlib
 import hmac
 import os
+import secrets
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 import bcrypt
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from db import services
-from db.models import ROLES, AuditLog, User, utcnow
+from db.models import ROLES, AuditLog, User, UserSession, utcnow
 
 ROLE_RANK = {role: i for i, role in enumerate(ROLES)}  # coder 0 < annotator 1 < lead 2 < admin 3
 ROLE_HELP = {
@@ -61,6 +62,9 @@ MIN_PASSWORD_LENGTH = 8
 # per name while a user who mistypes a few times is never locked out. Counted from the audit log.
 MAX_FAILURES = 10
 LOCKOUT_MINUTES = 15
+# A signed-in browser stays signed in for a working day and its overtime (a reload or a new tab no longer
+# signs the coder out); signing out, disabling the account or this expiry ends it.
+SESSION_HOURS = 12
 HASH_PREFIX = "bcrypt-sha256$"
 AUTH_ENV = "TERMNORM_AUTH"
 _HMAC_KEY = b"termnorm-bcrypt-sha256"  # a fixed domain separator (not a secret): only the pre-hash uses it
@@ -213,11 +217,62 @@ def _recent_failures(s: Session, username: str) -> int:
         AuditLog.action == "sign_in_failed", AuditLog.username == username[:100], AuditLog.at >= since)) or 0)
 
 
-def record_sign_out(s: Session, username: str) -> None:
+def record_sign_out(s: Session, username: str, token: str | None = None) -> None:
+    """Audit a sign-out and end the browser's session (``token``: its cookie), so the cookie no longer signs in."""
     u = _get(s, username)
     if u is not None:
+        if token:
+            revoke_session(s, token, commit=False)
         services._audit(s, u, "sign_out", "user", u.id, {})
         s.commit()
+
+
+# ================================================================ sessions that survive a reload
+def session_hours() -> float:
+    """How long a signed-in browser stays signed in: ``$TERMNORM_SESSION_HOURS``, default SESSION_HOURS."""
+    return float(os.environ.get("TERMNORM_SESSION_HOURS", SESSION_HOURS))
+
+
+def _token_sha256(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def create_session(s: Session, username: str) -> str:
+    """A new random session token for a user who has just signed in (only its SHA-256 is stored)."""
+    u = _get(s, username)
+    if u is None or u.disabled_at is not None:
+        raise PermissionError(f"no enabled user {username!r}")
+    token = secrets.token_urlsafe(32)
+    s.add(UserSession(user_id=u.id, token_sha256=_token_sha256(token),
+                      expires_at=utcnow() + timedelta(hours=session_hours())))
+    s.commit()
+    return token
+
+
+def session_user(s: Session, token: str | None) -> dict | None:
+    """The user a session token signs in: None when unknown, expired, revoked, or the account is disabled."""
+    if not isinstance(token, str) or not token:  # no cookie (or a test harness's stand-in for one)
+        return None
+    row = s.scalar(select(UserSession).where(UserSession.token_sha256 == _token_sha256(token)))
+    if row is None or row.revoked_at is not None or _aware(row.expires_at) <= utcnow():
+        return None
+    u = s.get(User, row.user_id)
+    return None if u is None or u.disabled_at is not None else _user_dict(u)
+
+
+def revoke_session(s: Session, token: str, commit: bool = True) -> None:
+    if not isinstance(token, str) or not token:
+        return
+    row = s.scalar(select(UserSession).where(UserSession.token_sha256 == _token_sha256(token)))
+    if row is not None and row.revoked_at is None:
+        row.revoked_at = utcnow()
+    if commit:
+        s.commit()
+
+
+def _aware(t):
+    """SQLite returns timestamps without their zone; they are stored in UTC."""
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
 
 
 # ================================================================ administration

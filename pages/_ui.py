@@ -427,19 +427,42 @@ def context() -> Context:
 AUTH_KEY = "auth_user"  # the signed-in user name: set by the sign-in page (or a test), never by the browser
 
 
-def sign_in(username: str) -> None:
+SESSION_COOKIE = "termnorm_session"  # the browser's session token (db.auth.create_session)
+
+
+def sign_in(username: str, remember: bool = True) -> None:
+    """Sign ``username`` in for this browser session and, with ``remember``, for later reloads and tabs (a
+    session cookie set at the next run: :func:`cookie_script`)."""
     st.session_state[AUTH_KEY] = username
     st.session_state["username"] = username
+    if remember:
+        with session() as s:
+            st.session_state["_set_cookie"] = auth.create_session(s, username)
 
 
 def sign_out() -> None:
-    """Forget the user and everything this browser session held (widget state of the previous user)."""
+    """Forget the user and everything this browser session held (widget state of the previous user), end the
+    session the cookie holds, and have the cookie cleared."""
     name = st.session_state.get(AUTH_KEY)
     if name:
         with session() as s:
-            auth.record_sign_out(s, name)
+            auth.record_sign_out(s, name, st.context.cookies.get(SESSION_COOKIE))
     for key in list(st.session_state):
         del st.session_state[key]
+    st.session_state["_set_cookie"] = ""  # cleared at the next run
+
+
+def cookie_script() -> None:
+    """Set or clear the session cookie in the browser when a sign-in or sign-out asked for it. Streamlit has no
+    API to set a cookie; a zero-height component runs the script in the app's origin (same-origin frame)."""
+    token = st.session_state.pop("_set_cookie", None)
+    if token is None:
+        return
+    import streamlit.components.v1 as components
+
+    age = int(auth.session_hours() * 3600) if token else 0
+    components.html(f"<script>document.cookie = '{SESSION_COOKIE}={token}; path=/; max-age={age}; "
+                    "SameSite=Strict';</script>", height=0)
 
 
 def current_user() -> dict | None:
@@ -453,6 +476,12 @@ def current_user() -> dict | None:
     """
     ss = st.session_state
     name = ss.get(AUTH_KEY)
+    if not name and auth.auth_enabled():  # a reload or a new tab: the browser's session cookie signs in
+        with session() as s:
+            remembered = auth.session_user(s, st.context.cookies.get(SESSION_COOKIE))
+        if remembered is not None:
+            sign_in(remembered["username"], remember=False)
+            name = remembered["username"]
     typed = not name and not auth.auth_enabled()
     if typed:
         name = (ss.get("username") or "").strip() or "coder"

@@ -188,3 +188,34 @@ def test_cli_create_admin_from_password_file_and_stdin(tmp_path, db_url):
         assert auth.user(s, "weak") is None
     # argparse entry point (what `termnorm create-admin` calls)
     assert cli_admin.main(["boss3", "--password-file", str(pw), "--db", db_url]) == 0
+
+
+def test_a_session_token_signs_in_until_signed_out_expired_or_disabled(s, admin, monkeypatch):
+    """What keeps a coder signed in across a reload or a new tab (the app's session cookie)."""
+    from datetime import timedelta
+
+    from db.models import UserSession
+
+    auth.create_user(s, admin, "zhang", "zhang-password", "coder")
+    token = auth.create_session(s, "zhang")
+    assert auth.session_user(s, token)["username"] == "zhang"
+    row = s.scalar(select(UserSession))
+    assert row.token_sha256 != token and len(row.token_sha256) == 64  # only the hash is stored
+    assert auth.session_user(s, token + "x") is None and auth.session_user(s, None) is None
+    # signing out ends it
+    auth.record_sign_out(s, "zhang", token)
+    assert auth.session_user(s, token) is None
+    # it expires
+    monkeypatch.setenv("TERMNORM_SESSION_HOURS", "1")
+    late = auth.create_session(s, "zhang")
+    assert auth.session_user(s, late) is not None
+    row = s.scalar(select(UserSession).where(UserSession.revoked_at.is_(None)))
+    row.expires_at = services.utcnow() - timedelta(seconds=1)
+    s.commit()
+    assert auth.session_user(s, late) is None
+    # a disabled account's sessions no longer sign in
+    other = auth.create_session(s, "zhang")
+    auth.set_disabled(s, admin, "zhang", True)
+    assert auth.session_user(s, other) is None
+    with pytest.raises(PermissionError):
+        auth.create_session(s, "zhang")
