@@ -1,7 +1,7 @@
 """termnorm review app: navigation and shared state only (run: ``streamlit run app.py``).
 
 The pages in ``pages/`` draw the screens; this script prepares the database
-(``TERMNORM_DB_URL``, default ``db/termnorm.sqlite3``; seeded with the embedded
+(``TERMNORM_DB_URL``, default ``termnorm.sqlite3`` in the data directory, termnorm.settings; seeded with the embedded
 demo vocabularies and batches on first run), asks who is there (sign-in,
 db.auth; ``TERMNORM_AUTH=off`` only for tests and the offline demo), offers
 the pages the user's role allows, and keeps in the sidebar what every page

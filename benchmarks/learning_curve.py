@@ -6,7 +6,7 @@ recorded with ``db.services.record_decision`` on a real (temporary) SQLite
 database (accept when the engine's set is right, else correct with the gold
 set), then taught to the engine with ``Engine.add_coded_mention`` (the app's
 ``_ui.decide``); after each round the model is retrained from the database with
-``termnorm.retrain.retrain`` (registered, gated) and measured on Yidu val.
+``db.retrain.retrain`` (registered, gated) and measured on Yidu val.
 
 * start: a lexical pipeline fitted on ``--base`` (500) train mentions;
 * rounds: ``--rounds`` x ``--per-round`` (5 x 200) decisions on the remaining
@@ -94,7 +94,8 @@ def run_order(order: str, args, vocab, base_folder: Path, pool, gate_gold, val, 
     from termnorm import active
     from termnorm.engine import Engine
     from termnorm.registry import Gate, Registry
-    from termnorm.retrain import evaluate_on_gold, retrain
+    from db.retrain import retrain
+    from termnorm.refit import evaluate_on_gold
 
     work = Path(tempfile.mkdtemp(prefix=f"lc-{order}-"))
     url = f"sqlite:///{work / 'db.sqlite3'}"
@@ -281,7 +282,7 @@ def run_cold(set_name: str, order: str, args, data: Path, log) -> dict:
     each serving model (so the numbers reported are not the ones the gate chose on). Round 0 is the shipped
     cold-start model (db.serving.build_engine with nothing fitted). Simulated coders answer the pool's
     mentions with their gold terms (store the suggestion shown, accept when right, else correct; the engine
-    learns at once), and at each checkpoint the app's retraining runs (termnorm.retrain.retrain: gated
+    learns at once), and at each checkpoint the app's retraining runs (db.retrain.retrain: gated
     against the serving model on the held-out side, promoted or refused); the model measured is then the
     one serving, rebuilt from the database as the pages build it.
     """
@@ -291,12 +292,15 @@ def run_cold(set_name: str, order: str, args, data: Path, log) -> dict:
     from termnorm import active
     from termnorm.io import load_labelled, load_vocabulary
     from termnorm.registry import Registry
-    from termnorm.retrain import retrain
+    from db.retrain import retrain
 
     vfile, pool_file, held_file, metric = COLD_SETS[set_name]
     vocab = load_vocabulary(data / vfile, name=f"{set_name}-cold")
-    pool = load_labelled(data / pool_file, vocab).mentions
-    held = [m for m in load_labelled(data / held_file, vocab).mentions if m.terms and all(t in vocab for t in m.terms)]
+    def codable(mentions):  # a coder can only pick terms of the vocabulary (CHIP-CDN's files name a few others)
+        return [m for m in mentions if m.terms and all(t in vocab for t in m.terms)]
+
+    pool = codable(load_labelled(data / pool_file, vocab).mentions)
+    held = codable(load_labelled(data / held_file, vocab).mentions)
     rng = np.random.default_rng(args.seed)
     pool = [pool[i] for i in rng.permutation(len(pool))]
     held = [held[i] for i in rng.permutation(len(held))]
@@ -387,7 +391,7 @@ def summarize_cold(runs: list[dict]) -> dict:
 
 
 def main_cold(args) -> int:
-    from termnorm.retrain import limited_threads
+    from termnorm.refit import limited_threads
 
     data = Path(args.data)
     t0 = time.perf_counter()
@@ -443,7 +447,7 @@ def main(argv=None) -> int:
         print(f"no Yidu-N7K data under {data}", file=sys.stderr)
         return 2
     from termnorm.engine import Engine
-    from termnorm.retrain import limited_threads
+    from termnorm.refit import limited_threads
 
     t0 = time.perf_counter()
 

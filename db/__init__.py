@@ -4,6 +4,7 @@
 ``db.editions``; abbreviations ``db.abbreviations``; sign-in ``db.auth``; gold
 annotation ``db.gold``), file import (``db.io``) and export (``db.exports``).
 
-The default database is the SQLite file ``db/termnorm.sqlite3`` (not in git);
-set ``TERMNORM_DB_URL`` to any SQLAlchemy URL (e.g. PostgreSQL) to use another.
+The default database is the SQLite file ``termnorm.sqlite3`` in the data
+directory (termnorm.settings, never inside the package); set ``TERMNORM_DB_URL``
+to any SQLAlchemy URL (e.g. PostgreSQL) to use another.
 """

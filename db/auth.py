@@ -31,7 +31,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import os
 import secrets
 from collections.abc import Sequence
 from datetime import UTC, timedelta
@@ -42,6 +41,7 @@ from sqlalchemy.orm import Session
 
 from db import services
 from db.models import ROLES, AuditLog, User, UserSession, utcnow
+from termnorm import settings
 
 ROLE_RANK = {role: i for i, role in enumerate(ROLES)}  # coder 0 < annotator 1 < lead 2 < admin 3
 ROLE_HELP = {
@@ -73,7 +73,7 @@ _HMAC_KEY = b"termnorm-bcrypt-sha256"  # a fixed domain separator (not a secret)
 # ================================================================ configuration
 def auth_enabled() -> bool:
     """Sign-in is required unless ``$TERMNORM_AUTH`` is ``off`` / ``0`` / ``false`` / ``no`` (tests, demo)."""
-    return os.environ.get(AUTH_ENV, "on").strip().lower() not in ("off", "0", "false", "no")
+    return settings.get().auth
 
 
 def has_role(role: str | None, needed: str) -> bool:
@@ -85,7 +85,7 @@ def has_role(role: str | None, needed: str) -> bool:
 
 # ================================================================ passwords
 def _rounds() -> int:
-    return max(4, min(31, int(os.environ.get("TERMNORM_BCRYPT_ROUNDS", BCRYPT_ROUNDS))))
+    return settings.get().bcrypt_rounds
 
 
 def _prehash(password: str) -> bytes:
@@ -230,7 +230,7 @@ def record_sign_out(s: Session, username: str, token: str | None = None) -> None
 # ================================================================ sessions that survive a reload
 def session_hours() -> float:
     """How long a signed-in browser stays signed in: ``$TERMNORM_SESSION_HOURS``, default SESSION_HOURS."""
-    return float(os.environ.get("TERMNORM_SESSION_HOURS", SESSION_HOURS))
+    return settings.get().session_hours
 
 
 def _token_sha256(token: str) -> str:

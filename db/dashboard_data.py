@@ -102,7 +102,7 @@ GOLD_PREDICTION_COLUMNS = ["mention_id", "mention", "gold_terms", "gold_source",
 def _gold_terms(s: Session, vocabulary_id: int | None, task_id: int | None,
                 include_file_gold: bool) -> pd.DataFrame:
     """One gold set per mention: adjudicated beats agreed beats the file's own gold; newest wins."""
-    g = gold._gold_frame(s, task_id, vocabulary_id)
+    g = gold.gold_frame(s, task_id, vocabulary_id)
     g = g[g["terms"].map(bool).astype(bool)]  # astype: an empty object Series would select columns
     rank = g["source"].map({"adjudicated": 0, "agreed": 1})
     g = (g.assign(_r=rank).sort_values(["mention_id", "_r", "at"], ascending=[True, True, False])

@@ -429,10 +429,10 @@ def gold_labels(s: Session, acting_user: str, task_id: int | None = None,
                 vocabulary_id: int | None = None) -> pd.DataFrame:
     """The gold set (lead only): one row per (task, mention) label, in task / file order."""
     auth.require(s, acting_user, "lead")
-    return _gold_frame(s, task_id, vocabulary_id)
+    return gold_frame(s, task_id, vocabulary_id)
 
 
-def _gold_frame(s: Session, task_id: int | None = None, vocabulary_id: int | None = None) -> pd.DataFrame:
+def gold_frame(s: Session, task_id: int | None = None, vocabulary_id: int | None = None) -> pd.DataFrame:
     q = (select(GoldLabel.task_id, GoldTask.name, GoldTask.batch_id, GoldLabel.mention_id, Mention.position,
                 Mention.text, GoldLabel.terms, GoldLabel.source, User.username, GoldLabel.at, GoldLabel.comment)
          .join(GoldTask, GoldTask.id == GoldLabel.task_id).join(Mention, Mention.id == GoldLabel.mention_id)

@@ -23,7 +23,7 @@
   engine can neither learn nor be measured on them.
 
 * **The first fit**: :func:`start_first_fit_if_needed` starts retraining in the background
-  (termnorm.retrain's job) for a vocabulary that has labelled training mentions and no fitted version
+  (db.retrain's job) for a vocabulary that has labelled training mentions and no fitted version
   yet -- after ``termnorm load-data`` and after a vocabulary's first import of labelled mentions.
 
 * **Confidence in words**: :func:`serving_bands`, the serving version's bands (termnorm.stats).
@@ -190,7 +190,7 @@ def chapters_by_side(s: Session, vocabulary_id: int) -> dict[str, dict[str, int]
 
 def labelled_mentions(s: Session, vocabulary_id: int) -> list[dict]:
     """Labelled mentions with a side: id, text, gold terms, split and the action of the latest decision on
-    the mention (None if undecided) -- what termnorm.retrain reads its training and evaluation sets from."""
+    the mention (None if undecided) -- what db.retrain reads its training and evaluation sets from."""
     rows = [r for r in _labelled_rows(s, vocabulary_id) if r[3] is not None]
     latest = dict(s.execute(select(Decision.mention_id, Decision.action).join(Mention, Mention.id == Decision.mention_id)
                             .join(Batch, Batch.id == Mention.batch_id)
@@ -224,7 +224,7 @@ def assign_by_file(s: Session, vocabulary_id: int, sides: dict[int, str], userna
 
 # ------------------------------------------------------------------------------------- pipeline settings
 PIPELINE_KEY = "pipeline:{}"
-#: What a fit of the vocabulary's pipeline uses when no fitted version says otherwise (termnorm.retrain): the
+#: What a fit of the vocabulary's pipeline uses when no fitted version says otherwise (db.retrain): the
 #: keyword lists' folder, the recall profile and candidate cut, the metric the output rule is chosen for, and
 #: whether the cold-start ranker's score is an input (termnorm.rank.prior).
 PIPELINE_DEFAULTS = {"keyword_dir": None, "recall_profile": "wide", "max_candidates": None,
@@ -258,8 +258,8 @@ def fitted_versions(url: str | None, vocabulary_id: int, registry_root=None) -> 
 
 
 def first_fit_needed(url: str | None, vocabulary_id: int, registry_root=None) -> bool:
-    """No version fitted yet, and labelled training mentions to fit on (termnorm.retrain.MIN_TRAIN)."""
-    from termnorm.retrain import MIN_TRAIN
+    """No version fitted yet, and labelled training mentions to fit on (termnorm.refit.MIN_TRAIN)."""
+    from termnorm.refit import MIN_TRAIN
 
     if fitted_versions(url, vocabulary_id, registry_root):
         return False
@@ -275,7 +275,7 @@ def start_first_fit_if_needed(url: str | None, vocabulary_id: int, by: str, *, r
     model, promoted if it passes) when :func:`first_fit_needed`; returns the job id, or None when not
     needed or when a retraining job of this vocabulary is already running (it does the same)."""
     from termnorm.jobs import JobBusy
-    from termnorm.retrain import start_retrain_job
+    from db.retrain import start_retrain_job
 
     if not first_fit_needed(url, vocabulary_id, registry_root):
         return None

@@ -19,7 +19,6 @@ Approach E sieve) through :func:`coded_mentions`, and user synonyms through
 from __future__ import annotations
 
 import json
-import os
 import threading
 from datetime import timedelta, timezone
 from collections.abc import Iterable, Iterator, Sequence
@@ -55,10 +54,10 @@ from db.models import (
 )
 from termnorm.errors import DataFormatError
 from termnorm.records import Candidate, KeywordSpan, LabelledMention, Suggestion
+from termnorm import settings
 from termnorm.vocabulary import Vocabulary
 
 DB_DIR = Path(__file__).resolve().parent
-DEFAULT_DB_PATH = DB_DIR / "termnorm.sqlite3"
 ALEMBIC_INI = DB_DIR / "alembic.ini"
 
 # How many of a suggestion's ranked candidates the review screen shows. Those not
@@ -103,8 +102,15 @@ _migrated: set[str] = set()
 
 # ================================================================ engine / sessions
 def database_url(url: str | None = None) -> str:
-    """``url``, else ``$TERMNORM_DB_URL``, else the SQLite file ``db/termnorm.sqlite3``."""
-    return url or os.environ.get("TERMNORM_DB_URL") or f"sqlite:///{DEFAULT_DB_PATH}"
+    """``url``, else ``db_url`` of termnorm.settings (``$TERMNORM_DB_URL``), else the SQLite file
+    ``termnorm.sqlite3`` in the data directory (created when missing)."""
+    if url:
+        return url
+    s = settings.get()
+    if s.db_url:
+        return s.db_url
+    s.db_path.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{s.db_path}"
 
 
 def get_engine(url: str | None = None) -> Engine:

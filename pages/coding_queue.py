@@ -11,13 +11,13 @@ The mention shown is claimed for this coder, so colleagues on the same batch
 are shown other mentions (``db.services.next_mention``).
 """
 
-import os
 import time
 
 import streamlit as st
 
 from db import learning, review, services
 from pages import _ui
+from termnorm import settings
 
 SHOWN = _ui.SHOWN
 PREPARE_AHEAD = _ui.PREPARE_AHEAD
@@ -31,7 +31,7 @@ ON_SCREEN = "_on_screen"
 # ignored: nobody reads a mention and decides in under 0.4 s (visual reaction time alone is ~0.25 s), while one
 # key press reaching two pages' buttons, or the next page the instant it appears, does. Tests that click
 # instantly set it to 0.
-MIN_GAP_S = float(os.environ.get("TERMNORM_MIN_DWELL_S", "0.4"))
+MIN_GAP_S = settings.get().min_dwell_s
 
 SHORTCUTS = [("S", "save the terms in the box (accept if unchanged, else correct)"),
              ("A", "accept the engine's terms"), ("X", "reject: no candidate fits"), ("K", "skip"),

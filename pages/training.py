@@ -18,7 +18,7 @@ import streamlit as st
 
 from db import learning, services, suggest_jobs
 from pages import _jobs, _ui
-from termnorm import retrain
+from db import retrain
 from termnorm.jobs import FINAL, JobBusy, JobRunner
 from termnorm.registry import GATE_MARGIN, MIN_GATE_MENTIONS, Gate, Registry
 

@@ -209,7 +209,7 @@ def cmd_train(args) -> int:
             print(f"exported the ranker alone to {eng.export_ranker(args.export_ranker)}")
         return 0
     if args.what == "retrain":
-        from termnorm.retrain import main as retrain_main
+        from db.retrain import main as retrain_main
 
         return retrain_main(args.rest) or 0
     if args.what == "recall":
@@ -231,6 +231,17 @@ def cmd_encoder(args) -> int:
               "[--out DIR] [--verify] (see termnorm encoder build --help)", file=sys.stderr)
         return 2
     return cli_build(args.rest[1:]) or 0
+
+
+def cmd_settings(args) -> int:
+    from termnorm import settings
+
+    try:
+        print(settings.table() if args.table else settings.describe())
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def cmd_app(args) -> int:
@@ -326,7 +337,7 @@ def main(argv=None) -> int:
     p.set_defaults(func=cmd_encoder)
 
     p = sub.add_parser("app", help="start the coding app")
-    p.add_argument("--db", help="SQLAlchemy URL (default: SQLite file db/termnorm.sqlite3)")
+    p.add_argument("--db", help="SQLAlchemy URL (default: $TERMNORM_DB_URL, else termnorm.sqlite3 in the data directory: termnorm settings)")
     p.add_argument("--port", type=int, default=8501)
     p.set_defaults(func=cmd_app)
 
@@ -341,6 +352,9 @@ def main(argv=None) -> int:
 
     from termnorm.cli_admin import add_create_admin_arguments, cmd_create_admin
 
+    p = sub.add_parser("settings", help="the settings in force (environment, termnorm.toml) and the table of all")
+    p.add_argument("--table", action="store_true", help="print every setting as a Markdown table")
+    p.set_defaults(func=cmd_settings)
     p = sub.add_parser("create-admin", help="create the first admin of the review app")
     add_create_admin_arguments(p)
     p.set_defaults(func=cmd_create_admin)

@@ -29,7 +29,7 @@ from typing import TextIO
 def add_create_admin_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("username")
     p.add_argument("--password-file", help="read the password from the first line of this file")
-    p.add_argument("--db", help="SQLAlchemy URL (default: $TERMNORM_DB_URL, else the SQLite file db/termnorm.sqlite3)")
+    p.add_argument("--db", help="SQLAlchemy URL (default: $TERMNORM_DB_URL, else termnorm.sqlite3 in the data directory: termnorm settings)")
     return p
 
 

@@ -741,9 +741,9 @@ def _uncalibrated_confidence(ranked: list[Candidate]) -> float:
 def _fit_threads() -> int:
     """OpenMP threads for the GBM fits: 1 by default (measured on 2 shared cores: fitting on 60
     demo mentions 71 s with default threads vs 3.2 s with one); ``TERMNORM_FIT_THREADS`` overrides."""
-    import os
+    from termnorm import settings
 
-    return int(os.environ.get("TERMNORM_FIT_THREADS", "1"))
+    return settings.get().fit_threads
 
 
 def build_vocab_strategies(vocabulary: Vocabulary, tagger=None, keyword_dir=None) -> list:

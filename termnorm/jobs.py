@@ -99,9 +99,10 @@ def _guard(path: Path):
 
 
 def default_root() -> Path:
-    """``$TERMNORM_JOBS`` if set, else ``runs/jobs/`` in the repository (git-ignored)."""
-    env = os.environ.get(ENV_ROOT)
-    return Path(env) if env else REPO / "runs" / "jobs"
+    """The jobs' folders: ``jobs_dir`` of termnorm.settings (``$TERMNORM_JOBS``, else ``<data dir>/jobs``)."""
+    from termnorm import settings
+
+    return settings.get().jobs_dir
 
 
 # ------------------------------------------------------------------------------------- processes
@@ -140,7 +141,9 @@ def detect_device() -> str:
     """
     import importlib.util
 
-    forced = os.environ.get("TERMNORM_DEVICE")
+    from termnorm import settings
+
+    forced = settings.get().device
     if forced:
         return forced
 

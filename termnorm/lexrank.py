@@ -278,7 +278,7 @@ class LexicalRanker:
 
         ``weights`` (optional, one array per mention aligned with its candidates)
         are per-row sample weights; a weight of 0 leaves the row out. The learning
-        loop (termnorm.retrain) uses it for approach D's false-negative elimination
+        loop (db.retrain) uses it for approach D's false-negative elimination
         (likely unlabelled positives get 0) and for coder-confirmed negatives.
         ``count_mask`` (optional, one bool per mention) says which mentions train
         the count classifier: a mention a coder only rejected has no known count.
@@ -383,7 +383,7 @@ class SubspaceEnsemble:
     Why not scikit-learn's ``BaggingClassifier(bootstrap=False, max_features=share)``: the installed
     release (1.9) uses ``sample_weight`` only as probabilities for drawing rows, and without replacement
     every row is drawn once, so its members see unit weights. The learning loop weights rows
-    (coder-confirmed negatives, ``termnorm.retrain.CONFIRMED_WEIGHT``); the members here get the
+    (coder-confirmed negatives, ``termnorm.refit.CONFIRMED_WEIGHT``); the members here get the
     weights as given.
     """
 

@@ -1,6 +1,6 @@
 """Model registry: every trained pipeline as a version, a quality gate, promotion and rollback.
 
-The learning loop (termnorm.retrain) retrains the engine from coders'
+The learning loop (db.retrain) retrains the engine from coders'
 decisions and labelled mentions; each result is *registered* here as a version
 and *promoted* to current only if the gate (:class:`Gate`) says it is not worse
 than the model serving now -- the shipped model included -- on the same
@@ -8,8 +8,8 @@ held-out mentions (exact-set accuracy, the task's metric in methods.md, with a
 paired sign test). A lead can roll back to any version that served, the
 shipped one included. Nothing is ever deleted.
 
-Layout (one lineage per vocabulary; the root is ``$TERMNORM_MODELS`` or
-``models/registry/``)::
+Layout (one lineage per vocabulary; the root is ``models_dir`` of termnorm.settings:
+``$TERMNORM_MODELS``, else ``models/`` in the data directory)::
 
     <root>/<name>/index.json            versions, the current one, the event log
     <root>/<name>/index.lock            flock for read-modify-write of the index
@@ -71,9 +71,10 @@ SHIPPED = "shipped"
 
 
 def default_root() -> Path:
-    """``$TERMNORM_MODELS`` if set, else ``models/registry/`` in the repository (git-ignored)."""
-    env = os.environ.get(ENV_ROOT)
-    return Path(env) if env else REPO / "models" / "registry"
+    """The registry root: ``models_dir`` of termnorm.settings (``$TERMNORM_MODELS``, else ``<data dir>/models``)."""
+    from termnorm import settings
+
+    return settings.get().models_dir
 
 
 def slug(name: str) -> str:
@@ -400,7 +401,7 @@ class Registry:
         """Save ``engine`` as a new version (not yet current) and return its name.
 
         ``metrics``: the version's metrics on the gold set (``accuracy`` ... plus
-        ``n`` and ``gold_sha256``, see termnorm.retrain.evaluate_on_gold);
+        ``n`` and ``gold_sha256``, see termnorm.refit.evaluate_on_gold);
         ``pairs``: training-pair counts by kind; ``train``: sizes / seconds;
         ``extra_writer(folder)`` may write more parts (dense model, ranker) into
         the version folder before it is published. The engine's ``model_version``

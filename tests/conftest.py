@@ -29,6 +29,15 @@ def one_torch_thread():
 
 
 @pytest.fixture(autouse=True)
+def private_data_dir(monkeypatch, tmp_path_factory):
+    """Every run-time folder (database, model registry, jobs; termnorm.settings) in a temporary data directory:
+    no test reads or writes the developer's data directory or the source tree, whatever the shell exports."""
+    for var in ("TERMNORM_DB_URL", "TERMNORM_MODELS", "TERMNORM_JOBS", "TERMNORM_CONFIG"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("TERMNORM_DATA_DIR", str(tmp_path_factory.mktemp("termnorm-data")))
+
+
+@pytest.fixture(autouse=True)
 def instant_clicks(monkeypatch):
     """AppTest clicks a button the instant a page is drawn; the coding page ignores decisions that come sooner
     than a person could read the mention (pages/coding_queue.py MIN_GAP_S). The browser tests set it back."""

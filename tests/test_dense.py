@@ -379,7 +379,7 @@ def test_app_retraining_fine_tunes_a_cross_fitted_encoder_fold_by_fold(tiny_dir,
     its own fold; the new mentions join the fold their hash gives."""
     from termnorm.dense.crossfit import CrossFitBiEncoder, load_dense
     from termnorm.rank.crossfit import fold_of_text
-    from termnorm.retrain import retrain_neural
+    from termnorm.refit import retrain_neural
     from termnorm.text.normalize import normalize
 
     vocab, mentions = demo

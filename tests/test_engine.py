@@ -91,7 +91,6 @@ def test_extra_history_strategies_are_ranker_features_kept_out_of_fold_and_saved
 
 def test_analogy_recall_finds_a_term_no_other_strategy_ranks_and_learns_at_once(demo):
     """A coded neighbour differing in the body site: its term with the site swapped is proposed."""
-    from termnorm.records import LabelledMention
 
     vocab, mentions = demo
     eng = Engine(vocab, history=mentions[:60], history_extras=("analogy",))

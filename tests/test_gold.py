@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from sqlalchemy import inspect, text
+from sqlalchemy import inspect
 
 from db import auth, dashboard_data, gold, services
 from db import models as M

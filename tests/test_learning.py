@@ -14,7 +14,8 @@ from conftest import fresh_url
 from streamlit.testing.v1 import AppTest
 
 from db import learning, loader, services as S, serving
-from termnorm import retrain as R
+from db import retrain as R
+from termnorm import refit as F
 from termnorm.engine import Engine, demo_mentions, demo_vocabulary
 from termnorm.jobs import JobRunner, lock_key
 from termnorm.records import LabelledMention
@@ -196,7 +197,7 @@ def test_load_data_fits_in_the_background_and_the_promoted_model_beats_the_shipp
     assert reg.get(reg.shipped_name())["metrics"]["accuracy"] == pytest.approx(g["current"])
     assert reg.confidence_bands()["measured"] and learning.serving_bands(url, vid) == reg.confidence_bands()
     pairs = reg.get(v1)["pairs"]  # the train file's mentions, decided by the import user, trained it
-    assert R.MIN_TRAIN <= pairs["positives_coded"] + pairs["positives_labelled"]
+    assert F.MIN_TRAIN <= pairs["positives_coded"] + pairs["positives_labelled"]
     assert serving.build_engine(url, vid, v1).model_version == v1  # what every page now serves
     assert learning.start_first_fit_if_needed(url, vid, "import") is None  # fitted: nothing to start
 
@@ -227,10 +228,10 @@ def test_a_promotion_reaches_the_coding_page_and_rolling_back_to_the_shipped_mod
     at = _coding_page(vid, bid)
     assert f"model {shipped_version}" in _markup(at) and "confidence not measured yet" in _markup(at)
 
-    with R.limited_threads():
+    with F.limited_threads():
         eng = Engine(demo_vocabulary("procedures"), history=ms[:60])
         eng.fit_lexical(ms[:60])
-        metrics, preds = R.evaluate_on_gold(eng, ms[60:])
+        metrics, preds = F.evaluate_on_gold(eng, ms[60:])
     v1 = reg.register(eng, metrics, gold_predictions=preds)
     reg.promote(v1, force=True, by="lead1")  # the demo's 59 held-out mentions are below the gate's minimum
     assert serving.serving_version(url, vid) == v1

@@ -408,7 +408,7 @@ def test_app_retraining_fine_tunes_the_ranker_it_finds(enc1, tmp_path, cross_fit
     """retrain.retrain_neural (the Training page's neural step) goes on training the pipeline's ranker;
     a cross-fitted one fold by fold, new mentions added to their folds."""
     from termnorm.rank.crossfit import CrossFitRanker, fold_of_text, load_ranker
-    from termnorm.retrain import retrain_neural
+    from termnorm.refit import retrain_neural
     from termnorm.text.normalize import normalize
 
     vocab = Vocabulary(names=[s + t for s in SITES for t in TYPES])

@@ -10,7 +10,7 @@ import pytest
 from termnorm.engine import Engine, demo_mentions, demo_vocabulary
 from termnorm.records import LabelledMention
 from termnorm.registry import MIN_GATE_MENTIONS, Gate, Registry, paired_results, slug
-from termnorm.retrain import evaluate_on_gold, limited_threads
+from termnorm.refit import evaluate_on_gold, limited_threads
 from termnorm.stats import band_of, confidence_bands, sign_test
 
 #: the demo's 79 gold mentions are below the gate's minimum: tests of the comparison itself lower it

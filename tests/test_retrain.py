@@ -13,7 +13,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from db import learning, services as S
-from termnorm import retrain as R
+from db import retrain as R
+from termnorm import refit as F
 from termnorm.engine import Engine, demo_mentions, demo_vocabulary
 from termnorm.jobs import JobRunner
 from termnorm.records import Candidate
@@ -35,10 +36,10 @@ def built(tmp_path_factory):
     base, pool, gold = ms[:40], ms[40:70], ms[70:]
     S.init_db(url)
     reg = Registry.for_vocabulary(VOCAB, root / "registry")
-    with R.limited_threads():
+    with F.limited_threads():
         eng = Engine(vocab, history=base)
         eng.fit_lexical(base)
-        m, p = R.evaluate_on_gold(eng, gold)
+        m, p = F.evaluate_on_gold(eng, gold)
         v1 = reg.register(eng, m, gold_predictions=p)
         reg.promote(v1)
         with S.session_scope(url) as s:
@@ -160,7 +161,7 @@ def test_training_page_retrains_in_the_background_and_registers_a_gated_version(
         assert S.latest_suggestion(s, first["id"]).model_version == v2
     # coded mentions are part of the new model's history (the sieve knows them), those held out excepted
     assert {x.text for x in eng.history} >= {world["pool"][i].text for i, a in enumerate(world["actions"])
-                                             if a in ("accept", "correct") and not R.in_holdout(world["pool"][i].text)}
+                                             if a in ("accept", "correct") and not F.in_holdout(world["pool"][i].text)}
 
 
 def test_gate_keeps_the_current_model_when_the_new_one_is_worse(world):
@@ -176,10 +177,10 @@ def test_retraining_keeps_the_history_strategies_of_the_current_model(world):
     """A model served with extra history strategies (--history-extras) is retrained with the same ones."""
     reg = world["reg"]
     base = demo_mentions("procedures")[:40]
-    with R.limited_threads():
+    with F.limited_threads():
         eng = Engine(demo_vocabulary("procedures"), history=base, history_extras=("key",))
         eng.fit_lexical(base)
-        m, p = R.evaluate_on_gold(eng, world["gold"])
+        m, p = F.evaluate_on_gold(eng, world["gold"])
     v = reg.register(eng, m, gold_predictions=p)
     reg.promote(v, force=True)
     res = R.retrain(world["vid"], url=world["url"], registry=reg, gate=Gate(margin=1.0), neural=False)
@@ -234,9 +235,9 @@ def test_efn_beta_by_hand():
             scores.append(np.array([0.990 - 0.001 * (i - 16), 0.5 - 0.001 * i, 0.1]))
             golds.append([cl[1].term])
     held = [True] * 20
-    assert R.efn_beta(scores, cands, golds, held, alpha=0.8)[0] == pytest.approx(0.885)
-    assert R.efn_beta(scores, cands, golds, held, alpha=0.85)[0] == float("inf")
-    assert R.efn_beta(scores, cands, golds, [True] * 19 + [False], alpha=0.8) == (float("inf"), 19)
+    assert F.efn_beta(scores, cands, golds, held, alpha=0.8)[0] == pytest.approx(0.885)
+    assert F.efn_beta(scores, cands, golds, held, alpha=0.85)[0] == float("inf")
+    assert F.efn_beta(scores, cands, golds, [True] * 19 + [False], alpha=0.8) == (float("inf"), 19)
 
 
 def test_gold_falls_back_to_held_out_coded_mentions(world):
@@ -247,7 +248,7 @@ def test_gold_falls_back_to_held_out_coded_mentions(world):
         coded = S.coded_mentions(s, world["vid"])
     assert "held out" in data.gold_source
     pool = [m.text for m in coded] + [t for t, side in world["split"].items() if side == "train"]
-    held = {t for t in pool if R.in_holdout(t)}
+    held = {t for t in pool if F.in_holdout(t)}
     assert held and held <= {m.text for m in data.gold}
     assert not {m.text for m in data.gold} & {m.text for m in data.coded}
     assert len(data.coded) + data.gold_excluded == len(pool) and data.gold_excluded == len(held)

@@ -10,7 +10,6 @@ Two ways in:
 
 from __future__ import annotations
 
-import os
 from logging.config import fileConfig
 
 from alembic import context
@@ -26,7 +25,9 @@ target_metadata = Base.metadata
 
 
 def _url() -> str:
-    return os.environ.get("TERMNORM_DB_URL") or config.get_main_option("sqlalchemy.url")
+    from termnorm import settings
+
+    return settings.get().db_url or config.get_main_option("sqlalchemy.url")
 
 
 def _configure(connection) -> None:

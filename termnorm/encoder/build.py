@@ -106,9 +106,10 @@ _SPECIAL_TOKENS = {  # XLM-R conventions; ids come from the .bin header
 # cache locations
 # --------------------------------------------------------------------------
 def default_cache_root() -> Path:
-    """``$TERMNORM_CACHE`` or ``~/.cache/termnorm`` (outside the repository)."""
-    env = os.environ.get("TERMNORM_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "termnorm"
+    """``cache_dir`` of termnorm.settings: ``$TERMNORM_CACHE`` or ``~/.cache/termnorm`` (outside the repository)."""
+    from termnorm import settings
+
+    return settings.get().cache_dir
 
 
 def e5_small_folder(cache_dir: str | Path | None = None) -> Path:

@@ -20,7 +20,9 @@ def pick_device(prefer: str | None = None) -> str:
     """``prefer`` or ``$TERMNORM_DEVICE`` if given, else "cuda" when available, else "cpu"."""
     import torch
 
-    choice = prefer or os.environ.get(DEVICE_ENV)
+    from termnorm import settings
+
+    choice = prefer or settings.get().device
     if choice:
         if choice.startswith("cuda") and not torch.cuda.is_available():
             raise RuntimeError(f"device {choice!r} requested but CUDA is not available")
@@ -69,9 +71,10 @@ def configure_cpu_threads(n: int | None = None) -> int:
     import torch
 
     if n is None:
-        env = os.environ.get(THREADS_ENV)
-        if env:
-            n = int(env)
+        from termnorm import settings
+
+        if settings.get().threads > 0:
+            n = settings.get().threads
         else:
             try:
                 n = len(os.sched_getaffinity(0))

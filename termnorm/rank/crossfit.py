@@ -39,7 +39,7 @@ FORMAT = "termnorm-crossfit/1"
 
 def fold_of_text(text: str, folds: int) -> int:
     """The fold of a mention: a stable hash of its normalized text (repeats share a fold), salted so it is
-    independent of the gold hold-out's hash (termnorm.retrain.in_holdout)."""
+    independent of the gold hold-out's hash (termnorm.refit.in_holdout)."""
     digest = hashlib.sha1(("crossfit:" + normalize(text)).encode("utf-8")).digest()
     return int.from_bytes(digest[:4], "big") % folds
 

@@ -1,4 +1,4 @@
-"""Retraining from the coders' decisions and labelled mentions: the learning loop's training step.
+"""Retraining from the coders' decisions and labelled mentions: the learning loop's training step in the app.
 
 What goes in (all read from the database through db.services / db.learning,
 counted and reported):
@@ -23,7 +23,7 @@ counted and reported):
 * **synonyms** added by coders are part of the vocabulary (and so of every
   recall strategy) through ``vocabulary_from_db``.
 
-The lexical pipeline is refit (GBM pair scorer + count classifier +
+The lexical pipeline is refit by termnorm.refit (GBM pair scorer + count classifier +
 confidence calibration, termnorm.lexrank) on K-fold recall candidates exactly
 like ``Engine.fit_lexical``, with the rows weighted as above. When the
 current version folder holds neural parts (``dense/``: a termnorm.dense
@@ -45,55 +45,21 @@ mentions never enter training or the evaluated model's history.
 
 from __future__ import annotations
 
-import hashlib
-import os
 import time
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
-
-import numpy as np
 
 from termnorm.records import LabelledMention
+from termnorm.refit import (ALPHA, GOLD_SHARE, NEURAL_BUDGET_S, TOP_K_MINE, evaluate_on_gold, fit_with_pairs,
+                            in_holdout, jsonable, limited_threads, neural_parts, retrain_neural)
 from termnorm.text.normalize import normalize
 
-#: Approach D's E-FN precision target: candidates the current model scores above beta are right
-#: with precision >= ALPHA, so a non-gold one there is more likely unlabelled than wrong.
-ALPHA = 0.8
-#: Top-k of the current model whose non-gold candidates are mined as hard negatives (approach A's k_c = 10).
-TOP_K_MINE = 10
-#: beta needs this many held-out mentions (not seen by the current model); with fewer, nothing is
-#: eliminated (approach D: an uncalibrated model's beta is +inf). 20 mentions x top-10 = 200 scored
-#: candidates, enough for calibrate_efn_beta's min_support of 5 above beta to mean something.
-MIN_HELDOUT = 20
+from db import learning, services
+from db.gold import gold_frame
+from db.models import PAIR_KINDS
+
 #: Labelled mentions in the database needed to gate on them alone (below: coded mentions are held out too).
 #: Under 30, one mention moves exact-set accuracy by more than 3 points: the gate would mostly measure noise.
 MIN_GOLD = 30
-#: Share of coded mentions held out as gold when the database has too few labelled mentions.
-GOLD_SHARE = 0.2
-#: Fewer training mentions than this cannot fill 4 folds with both classes: retraining refuses.
-MIN_TRAIN = 8
-#: Sample weight of a coder-confirmed negative row. 1.0 = as trusted as any labelled row; their
-#: special treatment is exemption from E-FN (not tuned: no measurement favoured a larger weight).
-CONFIRMED_WEIGHT = 1.0
-#: Neural fine-tuning time budget per part (seconds); CPU-friendly default.
-NEURAL_BUDGET_S = 600.0
-#: OpenMP threads for the GBM (scikit-learn's HistGradientBoosting) while retraining / evaluating
-#: ($TERMNORM_FIT_THREADS overrides). Measured on the shared 2-core machine (load ~8): Engine.fit_lexical
-#: on 60 demo mentions took 71 s with OpenMP's default 2 threads and 3.2 s with 1 (idle-spinning
-#: threads fight for busy cores); on 500 Yidu-N7K mentions 67 s vs 12 s, and suggesting for 300
-#: mentions 24 s vs 2.7 s. Raise it on a dedicated many-core machine.
-FIT_THREADS = int(os.environ.get("TERMNORM_FIT_THREADS", "1"))
-
-
-def limited_threads(n: int | None = None):
-    """Context manager capping OpenMP / BLAS threads (threadpoolctl) -- see FIT_THREADS."""
-    from threadpoolctl import threadpool_limits
-
-    # threadpoolctl only reaches runtimes already loaded: load scikit-learn's OpenMP one first
-    import sklearn.ensemble  # noqa: F401
-
-    return threadpool_limits(limits=n or FIT_THREADS)
-
 
 # ------------------------------------------------------------------------------------- training data
 @dataclass
@@ -115,10 +81,9 @@ class TrainingData:
     labelled_train: int = 0  # of ``coded``: labelled training-side mentions no coder decided
 
 
+
 def pair_counts(s, vocabulary_id: int, since_pair_id: int = 0) -> dict[str, int]:
     """Active training pairs by kind (accepted, corrected, rejected_candidate, synonym) with id > since_pair_id."""
-    from db import services
-    from db.models import PAIR_KINDS
 
     df = services.training_pairs_frame(s, vocabulary_id)
     if since_pair_id:
@@ -136,8 +101,6 @@ def gold_from_db(s, vocabulary_id: int, labelled: list[dict] | None = None) -> l
     One per normalized text (the gold set wins); labels with no term ("nothing fits") or with names
     outside the vocabulary are left out: the engine always outputs terms of the vocabulary.
     """
-    from db import learning, services
-    from db.gold import _gold_frame  # the lead's gold set (no acting user: the gate is not a person)
 
     names = set(services.vocabulary_from_db(s, vocabulary_id).names)
     out: dict[str, LabelledMention] = {}
@@ -147,7 +110,7 @@ def gold_from_db(s, vocabulary_id: int, labelled: list[dict] | None = None) -> l
         if terms and all(t in names for t in terms):
             out.setdefault(normalize(text), LabelledMention(text, terms))
 
-    for text, terms in _gold_frame(s, vocabulary_id=vocabulary_id)[["mention", "terms"]].itertuples(index=False):
+    for text, terms in gold_frame(s, vocabulary_id=vocabulary_id)[["mention", "terms"]].itertuples(index=False):
         put(text, terms)
     for m in labelled if labelled is not None else learning.labelled_mentions(s, vocabulary_id):
         if m["split"] == learning.EVAL:
@@ -159,7 +122,6 @@ def labelled_training(labelled: list[dict], names, taken: set[str]) -> list[Labe
     """Labelled training-side mentions as positives, one per normalized text not in ``taken`` (the coded
     ones: a coder's answer for the same text wins). A mention a coder accepted, corrected or rejected is
     left to that decision (accepted / corrected ones are coded mentions; a rejection says none fits)."""
-    from db import learning
 
     out: dict[str, LabelledMention] = {}
     for m in labelled:
@@ -171,18 +133,11 @@ def labelled_training(labelled: list[dict], names, taken: set[str]) -> list[Labe
     return list(out.values())
 
 
-def in_holdout(text: str, share: float = GOLD_SHARE) -> bool:
-    """Stable membership of a mention in the held-out share (sha1 of the normalized text)."""
-    h = int(hashlib.sha1(normalize(text).encode("utf-8")).hexdigest()[:8], 16)
-    return h % 10_000 < share * 10_000
-
-
 def training_data_from_db(s, vocabulary_id: int, *, gold: list[LabelledMention] | None = None,
                           since_pair_id: int = 0, gold_share: float = GOLD_SHARE,
                           min_gold: int = MIN_GOLD) -> TrainingData:
     """Read coded and labelled training mentions, confirmed negatives, synonyms and the held-out set of a
     vocabulary (the split's sides as stored: db.learning.assign_unassigned gives new labelled mentions theirs)."""
-    from db import learning, services
 
     vocab = services.vocabulary_from_db(s, vocabulary_id)
     name = next(v["name"] for v in services.vocabularies(s) if v["id"] == vocabulary_id)
@@ -226,296 +181,6 @@ def new_pairs_since_current(s, vocabulary_id: int, registry) -> dict[str, int]:
     return pair_counts(s, vocabulary_id, since)
 
 
-# ------------------------------------------------------------------------------------- evaluation on gold
-def gold_sha256(gold: list[LabelledMention]) -> str:
-    h = hashlib.sha256()
-    for text, terms in sorted((normalize(m.text), tuple(sorted(m.terms))) for m in gold):
-        h.update(text.encode("utf-8") + b"\t" + "##".join(terms).encode("utf-8") + b"\n")
-    return h.hexdigest()
-
-
-def without_history(engine, texts: set[str]):
-    """A copy of ``engine`` that does not know the given (normalized) mention texts as coded history.
-
-    Shares the vocabulary, tagger and fitted models (ranker, surface scorer, neural stages, recall
-    profile); only history recall and the sieve are rebuilt. Used so a gold mention that was coded
-    earlier is not answered from memory when the gate measures the model.
-    """
-    return engine.with_history([m for m in engine.history if normalize(m.text) not in texts])
-
-
-def evaluate_on_gold(engine, gold: list[LabelledMention], k: int = 50, progress=None) -> tuple[dict, list[dict]]:
-    """Full-pipeline metrics on ``gold`` (termnorm.evaluate) and one prediction record per mention.
-
-    Metrics carry ``n`` and ``gold_sha256`` so the gate compares like with like.
-    """
-    from termnorm.active import uncertainty
-    from termnorm.evaluate import evaluate_predictions
-
-    if not gold:
-        return {"n": 0, "gold_sha256": gold_sha256([])}, []
-    texts = {normalize(m.text) for m in gold}
-    if any(normalize(m.text) in texts for m in engine.history):
-        engine = without_history(engine, texts)
-    t0 = time.perf_counter()
-    sugs = engine.suggest_batch([m.text for m in gold], k=k, progress=progress)
-    secs = time.perf_counter() - t0
-    golds = [m.terms for m in gold]
-    metrics = evaluate_predictions(golds, [s.chosen for s in sugs], [[c.term for c in s.candidates] for s in sugs],
-                                   predicted_counts=[s.predicted_count for s in sugs])
-    metrics.update(n=len(gold), gold_sha256=gold_sha256(gold), seconds=round(secs, 2))
-    preds = [{"mention": m.text, "gold": list(m.terms), "chosen": list(s.chosen),
-              "confidence": float(s.confidence), "correct": set(s.chosen) == set(m.terms),
-              "uncertainty": uncertainty(s)} for m, s in zip(gold, sugs)]
-    return metrics, preds
-
-
-# ------------------------------------------------------------------------------------- fitting
-def _kfold_candidates(engine, items: list[LabelledMention], folds: int, seed: int):
-    """Recall candidates per training mention (in ``items`` order) with K-fold history, exactly as
-    Engine.fit_lexical builds them, so a retrained ranker sees the features it is used with."""
-    fold_of = np.random.default_rng(seed).integers(0, folds, len(items))
-    order, got, hits = engine.kfold_candidates(items, fold_of,
-                                               term_classifier=engine.meta.get("term_classifier", True))
-    cand_lists: list = [None] * len(items)
-    hcounts = [0] * len(items)
-    for i, cands, h in zip(order, got, hits):
-        cand_lists[i], hcounts[i] = cands, h
-    return cand_lists, hcounts
-
-
-def efn_beta(scores: list[np.ndarray], cand_lists, golds, heldout: list[bool], alpha: float = ALPHA,
-             top_k: int = TOP_K_MINE, min_heldout: int = MIN_HELDOUT) -> tuple[float, int]:
-    """Approach D's beta from the current model's top-k scores on held-out mentions; (+inf, n) if too few."""
-    from termnorm.dense.mining import calibrate_efn_beta
-
-    idx = [i for i, h in enumerate(heldout) if h and golds[i]]
-    if len(idx) < min_heldout:
-        return float("inf"), len(idx)
-    sims, is_gold = [], []
-    for i in idx:
-        sc = scores[i]
-        top = np.argsort(-sc, kind="stable")[:top_k]
-        g = set(golds[i])
-        sims.append(sc[top])
-        is_gold.append(np.array([cand_lists[i][j].term in g for j in top], dtype=bool))
-    if not sims:
-        return float("inf"), len(idx)
-    return calibrate_efn_beta(np.concatenate(sims), np.concatenate(is_gold), alpha), len(idx)
-
-
-def fit_with_pairs(engine, train: list[LabelledMention], confirmed_negatives: dict[str, list[str]] | None = None,
-                   current=None, *, alpha: float = ALPHA, top_k: int = TOP_K_MINE, folds: int = 4, seed: int = 0,
-                   confirmed_weight: float = CONFIRMED_WEIGHT, heldout_texts: set[str] | None = None,
-                   progress=None) -> dict:
-    """Fit ``engine``'s lexical ranker on ``train`` plus confirmed and mined negatives; returns the counts.
-
-    ``train``: positives (mention, gold terms); ``confirmed_negatives``:
-    mention text -> terms a coder rejected (mentions without positives only
-    contribute those rows); ``current``: the engine being replaced, whose
-    scores mine hard negatives and set approach D's beta; ``heldout_texts``: normalized texts of
-    mentions the current model was not trained on (default: those not in its history) -- beta is
-    calibrated on them. One ranker is fitted (no ``bag``: termnorm train lexical --bag is a CLI fit).
-    """
-    from termnorm.engine import _hash_mentions
-    from termnorm.lexrank import ENSEMBLE, LexicalRanker, PairFeaturizer
-
-    say = progress or (lambda f, m: None)
-    confirmed_negatives = confirmed_negatives or {}
-    pos = [m for m in train if m.terms]
-    known = {normalize(m.text) for m in pos}
-    reject_only = [LabelledMention(t, []) for t in confirmed_negatives if normalize(t) not in known]
-    items = pos + reject_only
-    if len(pos) < MIN_TRAIN:
-        raise ValueError(f"too few coded mentions to train on: {len(pos)} < {MIN_TRAIN}")
-    t0 = time.perf_counter()
-    say(0.0, f"recall candidates for {len(items)} training mentions ({folds} folds)")
-    cand_lists, hcounts = _kfold_candidates(engine, items, folds, seed)
-    texts = [m.text for m in items]
-    golds = [list(m.terms) for m in items]
-    say(0.4, "fitting the surface-difference scorer")
-    engine.fit_surface(texts, cand_lists, golds, enabled=engine.meta.get("surface_diff", True))
-    engine.fit_term_classifier(pos, enabled=engine.meta.get("term_classifier", True))
-    n_parts = [engine._n_parts(t) for t in texts]
-    t_recall = time.perf_counter() - t0
-
-    cur_rank = getattr(current, "lexranker", None)
-    if cur_rank is not None:
-        say(0.45, "scoring candidates with the current model (mining, E-FN)")
-        cur_scores = cur_rank.score(texts, cand_lists, n_parts)
-        if heldout_texts is not None:
-            heldout = [normalize(t) in heldout_texts for t in texts]
-        else:
-            seen = {normalize(m.text) for m in getattr(current, "history", [])}
-            heldout = [normalize(t) not in seen for t in texts]
-        beta, n_held = efn_beta(cur_scores, cand_lists, golds, heldout, alpha, top_k)
-    else:
-        cur_scores, beta, n_held = None, float("inf"), 0
-
-    counts = dict(positive_rows=0, positive_mentions=len(pos), reject_only_mentions=len(reject_only),
-                  confirmed_negatives_used=0, confirmed_negatives_not_recalled=0, mined_hard_negatives=0,
-                  efn_eliminated=0, other_negatives=0)
-    norm_neg = {normalize(t): set(v) for t, v in confirmed_negatives.items()}
-    weights = []
-    for i, (cands, gold) in enumerate(zip(cand_lists, golds)):
-        g = set(gold)
-        neg = norm_neg.get(normalize(texts[i]), set())
-        w = np.ones(len(cands))
-        top = set()
-        if cur_scores is not None and len(cands):
-            top = set(np.argsort(-cur_scores[i], kind="stable")[:top_k].tolist())
-        terms = {c.term for c in cands}
-        counts["confirmed_negatives_not_recalled"] += len(neg - terms)
-        for j, c in enumerate(cands):
-            if c.term in g:
-                counts["positive_rows"] += 1
-            elif c.term in neg:
-                w[j] = confirmed_weight
-                counts["confirmed_negatives_used"] += 1
-            elif not g:
-                w[j] = 0.0  # a rejected-only mention: its other candidates are unlabelled
-            elif cur_scores is not None and cur_scores[i][j] >= beta:
-                w[j] = 0.0  # E-FN: likely an unlabelled positive
-                counts["efn_eliminated"] += 1
-            elif j in top:
-                counts["mined_hard_negatives"] += 1
-            else:
-                counts["other_negatives"] += 1
-        weights.append(w)
-
-    say(0.5, "fitting the GBM ranker and count classifier")
-    t1 = time.perf_counter()
-    keys = sorted({k for cl in cand_lists for c in cl for k in c.scores})
-    # the engine's ranker settings (termnorm train lexical) carry over; pipelines fitted before a setting
-    # existed get today's default
-    feat = PairFeaturizer(keys, tagger=engine.tagger, context=engine.meta.get("context_features", True))
-    ranker_kw = dict(ensemble=engine.meta.get("ranker_ensemble", ENSEMBLE),
-                     count_parts=engine.meta.get("part_count", True))
-    count_mask = [bool(g) for g in golds]
-    metric = engine.meta.get("output_rule_metric", "accuracy")
-    rule, rule_scores = _select_output_rule(feat, texts, cand_lists, golds, n_parts, hcounts, weights, count_mask,
-                                            seed, metric=metric, ranker_kw=ranker_kw)
-    engine.lexranker = LexicalRanker(feat, seed=seed, **ranker_kw).fit(texts, cand_lists, golds, n_parts, hcounts,
-                                                                       weights=weights, count_mask=count_mask)
-    if rule is not None:
-        engine.lexranker.rule = rule
-        engine.meta.update(output_rule=list(rule), output_rule_metric=metric, output_rule_heldout=rule_scores)
-    say(0.85, "calibrating confidence")
-    lab = [i for i, g in enumerate(golds) if g]
-    engine._fit_confidence([texts[i] for i in lab], [cand_lists[i] for i in lab], [golds[i] for i in lab],
-                           [n_parts[i] for i in lab], [hcounts[i] for i in lab])
-    engine.model_version = "lexical-gbm-" + _hash_mentions(pos)[:8]
-    report = dict(counts, beta=beta if np.isfinite(beta) else None, alpha=alpha, top_k=top_k,
-                  efn_heldout_mentions=n_held, recall_seconds=round(t_recall, 2),
-                  fit_seconds=round(time.perf_counter() - t1, 2))
-    engine.meta.update(train_size=len(pos), train_sha256=_hash_mentions(pos), score_keys=keys, ranker_bag=1,
-                       ranker_ensemble=ranker_kw["ensemble"], context_features=feat.context,
-                       part_count=ranker_kw["count_parts"],
-                       fit_seconds=report["fit_seconds"], learning_loop=report)
-    say(1.0, "fitted")
-    return report
-
-
-def _select_output_rule(feat, texts, cand_lists, golds, n_parts, hcounts, weights, count_mask, seed: int,
-                        held_share: float = 0.2, metric: str = "accuracy", ranker_kw: dict | None = None):
-    """The output rule (termnorm.lexrank.select_rule) chosen as Engine.fit_lexical does: a probe ranker
-    fitted on 80% of the mentions, the rule with the best ``metric`` on the other 20%.
-    (None, {}) when this lexrank has no rule selection."""
-    try:
-        from termnorm.lexrank import LexicalRanker, select_rule
-    except ImportError:
-        return None, {}
-    rng = np.random.default_rng(seed + 1)
-    held = rng.random(len(texts)) < held_share
-    fit_i = [i for i in range(len(texts)) if not held[i]]
-    out_i = [i for i in range(len(texts)) if held[i] and golds[i]]
-    if len(out_i) < 2 or len(fit_i) < MIN_TRAIN:
-        return None, {}
-
-    def pick(xs, idx):
-        return [xs[i] for i in idx]
-
-    probe = LexicalRanker(feat, seed=seed, **(ranker_kw or {})).fit(
-        *(pick(a, fit_i) for a in (texts, cand_lists, golds, n_parts, hcounts)),
-        weights=pick(weights, fit_i), count_mask=pick(count_mask, fit_i))
-    hp = probe.score(pick(texts, out_i), pick(cand_lists, out_i), pick(n_parts, out_i))
-    hc = probe.count_probs(pick(texts, out_i), hp, pick(n_parts, out_i), pick(hcounts, out_i),
-                           pick(cand_lists, out_i))
-    return select_rule(pick(cand_lists, out_i), hp, hc, pick(golds, out_i), metric=metric)
-
-
-# ------------------------------------------------------------------------------------- neural parts
-def _neural_parts(folder: Path | None) -> list[str]:
-    if folder is None:
-        return []
-    return [p for p in ("dense", "ranker") if (folder / p).is_dir()]
-
-
-def _fine_tune(model, train: list[LabelledMention], budget_s, fit) -> dict:
-    """One fine-tuning pass, ``fit(model, mentions, budget_s) -> report``.
-
-    A cross-fitted model (termnorm.rank.crossfit.CrossFit) learns fold by fold, each fold model without its own fold,
-    new mentions included (they join the fold their hash gives), so the GBM refitted over it still sees
-    out-of-fold scores for every training mention; the time budget is shared between the folds.
-    """
-    from termnorm.rank.crossfit import CrossFit, fold_of_text, outside_fold
-
-    if not isinstance(model, CrossFit):
-        return _jsonable(fit(model, train, budget_s))
-    for m in train:
-        model.fold_of.setdefault(normalize(m.text), fold_of_text(m.text, model.folds))
-    share = budget_s / model.folds if budget_s else None
-    return {"folds": [_jsonable(fit(sub, outside_fold(train, model.fold_of, k), share))
-                      for k, sub in enumerate(model.models)]}
-
-
-def retrain_neural(current_folder: Path, vocabulary, train: list[LabelledMention], tagger=None,
-                   budget_s: float = NEURAL_BUDGET_S, progress: bool = False):
-    """Fine-tune the neural parts found in ``current_folder`` from their current weights.
-
-    ``dense/`` -> termnorm.dense.train_biencoder (approach D's NCE with its own
-    E-FN), ``ranker/`` -> termnorm.rank.train_ranker on the lexical union's
-    candidates. Returns ``(writer(folder), report)``: the writer saves the
-    fine-tuned parts into a new version folder (pass it to Registry.register).
-    """
-    parts, report = {}, {}
-    if (current_folder / "dense").is_dir():
-        from termnorm.dense import train_biencoder
-        from termnorm.dense.crossfit import load_dense
-
-        enc = load_dense(current_folder / "dense")
-        report["dense"] = _fine_tune(enc, train, budget_s, lambda sub, items, budget: (
-            train_biencoder(sub, vocabulary, items, objective="nce", epochs=1, time_budget_s=budget,
-                            progress=progress)))
-        report["dense"]["device"] = str(enc.device)
-        parts["dense"] = enc
-    if (current_folder / "ranker").is_dir():
-        from termnorm.rank import train_ranker
-        from termnorm.rank.crossfit import load_ranker
-        from termnorm.rank.train import recall_candidates_fn
-
-        model = load_ranker(current_folder / "ranker", tagger=tagger)
-        fn = recall_candidates_fn(vocabulary)
-        report["ranker"] = _fine_tune(model, train, budget_s, lambda sub, items, budget: (
-            train_ranker(sub, vocabulary, items, fn, epochs=1, time_budget_s=budget, progress=progress)))
-        report["ranker"]["device"] = str(model.device)
-        parts["ranker"] = model
-
-    def writer(folder: Path) -> None:
-        for name, part in parts.items():
-            part.save(Path(folder) / name)
-
-    return writer, report
-
-
-def _jsonable(d: dict) -> dict:
-    import json
-
-    from termnorm.registry import _json_default
-
-    return json.loads(json.dumps(d, default=_json_default))
-
-
 # ------------------------------------------------------------------------------------- the whole step
 @dataclass
 class RetrainResult:
@@ -555,7 +220,6 @@ def retrain(vocabulary_id: int, *, url: str | None = None, registry=None, gold: 
 
 def _retrain(vocabulary_id, *, url, registry, gold, gate, base, current, keyword_dir, alpha, top_k, neural,
              neural_budget_s, seed, by, progress) -> RetrainResult:
-    from db import learning, services
     from termnorm.engine import PRETRAINED, Engine, cold_start_domain
     from termnorm.registry import Gate, Registry
 
@@ -622,9 +286,9 @@ def _retrain(vocabulary_id, *, url, registry, gold, gate, base, current, keyword
 
     writer, neural_report = None, {}
     cur_folder = registry.path(parent) if parent else None
-    if neural and _neural_parts(cur_folder):
+    if neural and neural_parts(cur_folder):
         t1 = time.perf_counter()
-        say(0.66, f"fine-tuning neural parts: {', '.join(_neural_parts(cur_folder))}")
+        say(0.66, f"fine-tuning neural parts: {', '.join(neural_parts(cur_folder))}")
         writer, neural_report = retrain_neural(cur_folder, vocab, train, engine.tagger, neural_budget_s)
         secs["neural"] = round(time.perf_counter() - t1, 2)
 
@@ -668,7 +332,7 @@ def _serving_engine(url, vocabulary_id: int, version: str | None, root):
 
 
 # ------------------------------------------------------------------------------------- as a background job
-JOB_TARGET = "termnorm.retrain:retrain_job"
+JOB_TARGET = "db.retrain:retrain_job"
 
 
 def retrain_job(params: dict, ctx) -> dict:
@@ -680,7 +344,6 @@ def retrain_job(params: dict, ctx) -> dict:
     ctx.set_device(detect_device())
     registry = None
     if params.get("registry_root"):
-        from db import services
 
         with services.session_scope(params.get("url")) as s:
             name = next(v["name"] for v in services.vocabularies(s) if v["id"] == int(params["vocabulary_id"]))
@@ -700,14 +363,13 @@ def retrain_job(params: dict, ctx) -> dict:
         out["rescore_job"] = start_rescore(params.get("url"), int(params["vocabulary_id"]), by=str(params.get("by", "")),
                                            registry_root=params.get("registry_root"))
         ctx.log(f"re-scoring the open mentions with {res.version}: job {out['rescore_job']}")
-    return _jsonable(out)
+    return jsonable(out)
 
 
 def start_retrain_job(vocabulary_id: int, *, url: str | None = None, registry_root=None, margin: float = 0.0,
                       by: str = "", neural: bool = True, runner=None, purpose: str = "retrain") -> str:
     """Start retraining as a background job (one per vocabulary at a time: lock ``retrain:<id>``, tagged
     kind "retrain" and the vocabulary id); returns the job id (raises jobs.JobBusy)."""
-    from db import services
     from termnorm.jobs import JobRunner, lock_key
     from termnorm.registry import default_root
 
@@ -722,16 +384,15 @@ def start_retrain_job(vocabulary_id: int, *, url: str | None = None, registry_ro
 
 
 def main(argv=None) -> int:
-    """``python -m termnorm.retrain --vocabulary NAME [--db URL] [--margin M]``: retrain in the foreground."""
+    """``python -m db.retrain --vocabulary NAME [--db URL] [--margin M]``: retrain in the foreground."""
     import argparse
     import json
 
-    from db import services
     from termnorm.registry import Gate
 
-    ap = argparse.ArgumentParser(prog="python -m termnorm.retrain", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="python -m db.retrain", description=main.__doc__)
     ap.add_argument("--vocabulary", required=True, help="vocabulary name in the database")
-    ap.add_argument("--db", help="SQLAlchemy URL (default $TERMNORM_DB_URL or db/termnorm.sqlite3)")
+    ap.add_argument("--db", help="SQLAlchemy URL (default: $TERMNORM_DB_URL, else termnorm.sqlite3 in the data directory)")
     ap.add_argument("--margin", type=float, default=0.0, help="gate margin (default 0: not worse than current)")
     ap.add_argument("--no-neural", action="store_true", help="do not fine-tune dense / ranker parts")
     args = ap.parse_args(argv)
@@ -742,7 +403,7 @@ def main(argv=None) -> int:
         return 2
     res = retrain(vid, url=args.db, gate=Gate(margin=args.margin), neural=not args.no_neural,
                   progress=lambda f, m: print(f"[{f:5.1%}] {m}", flush=True))
-    print(json.dumps(_jsonable(res.to_dict()), ensure_ascii=False, indent=1))
+    print(json.dumps(jsonable(res.to_dict()), ensure_ascii=False, indent=1))
     return 0
 
 
