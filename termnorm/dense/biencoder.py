@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -114,8 +115,10 @@ def _split_parts(text: str) -> int:
     if split is not None:
         try:
             return max(1, len(split(text)))
-        except Exception:  # noqa: BLE001 - a splitter failure must not break counting
-            pass
+        except Exception as exc:  # noqa: BLE001 - a splitter failure must not break counting
+            warnings.warn(f"mention splitter termnorm.text.split.split_mention failed on {text[:80]!r} "
+                          f"({type(exc).__name__}: {exc}); counting its parts with the separator "
+                          "regex instead", RuntimeWarning, stacklevel=2)
     return max(1, len([p for p in _SPLIT_RE.split(text) if p and p.strip()]))
 
 

@@ -8,16 +8,10 @@ Malformed input raises :class:`termnorm.errors.DataFormatError` naming the
 file, the 1-based row and the problem.
 """
 
+from .keywords import load_keywords
 from .labelled import load_labelled, split_terms
-from .vocab_loaders import (
-    ALL_FORMATS,
-    LABELLED_FORMATS,
-    VOCAB_FORMATS,
-    load_keywords,
-    load_vocabulary,
-    normalize_concept_id,
-    sniff_format,
-)
+from .sources import ALL_FORMATS, LABELLED_FORMATS, VOCAB_FORMATS, sniff_format
+from .vocab_loaders import load_vocabulary, normalize_concept_id
 
 __all__ = [
     "ALL_FORMATS",

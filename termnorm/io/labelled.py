@@ -33,17 +33,17 @@ import re
 from ..errors import DataFormatError
 from ..records import LabelledMention, LabelledSet
 from ..vocabulary import Vocabulary
-from .vocab_loaders import (
+from .sources import (
     LABELLED_FORMATS,
     MENTION_HEADERS,
     TERMS_HEADERS,
     Source,
     _clean,
     _header_roles,
-    normalize_concept_id,
     open_source,
     resolve_format,
 )
+from .vocab_loaders import normalize_concept_id
 
 TERM_SEPARATOR = "##"
 _ID_SPLIT = re.compile(r"[|+]")
