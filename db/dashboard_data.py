@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session
 
 from db import auth, gold, services
 from db.models import Batch, Decision, Mention, Suggestion, SuggestionCandidate
-from termnorm.dashboard import vocabulary_levels
+from termnorm.coding_metrics import vocabulary_levels
 from termnorm.text.normalize import normalize
 from termnorm.vocabulary import Vocabulary
 

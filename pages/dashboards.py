@@ -19,7 +19,7 @@ import streamlit as st
 from db import dashboard_data, gold, services, suggest_jobs
 from pages import _jobs, _ui
 from termnorm.jobs import JobBusy, JobRunner
-from termnorm import dashboard as dash
+from termnorm import coding_metrics as dash
 
 CHART_HEIGHT = 340
 ERROR_ROWS = 200  # rows shown in the error table (the download has all of them)

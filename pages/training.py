@@ -19,8 +19,9 @@ import streamlit as st
 from db import learning, services, suggest_jobs
 from pages import _jobs, _ui
 from db import retrain
+from termnorm.gate import GATE_MARGIN, MIN_GATE_MENTIONS, Gate
 from termnorm.jobs import FINAL, JobBusy, JobRunner
-from termnorm.registry import GATE_MARGIN, MIN_GATE_MENTIONS, Gate, Registry
+from termnorm.registry import Registry
 
 ctx = _ui.page("lead")
 

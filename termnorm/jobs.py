@@ -1,6 +1,6 @@
 """Background jobs (retraining) that outlive the Streamlit script run that started them.
 
-A job is a separate Python process (``python -m termnorm.jobs run <folder>``)
+A job is a separate Python process (``python -m termnorm.job_worker run <folder>``)
 started in its own session (``start_new_session``: its own process group, no
 controlling terminal), so Streamlit reruns, page reloads and browser sessions
 come and go while it runs; the page only reads the job's status file.
@@ -28,9 +28,9 @@ The process is identified by pid *and* start time, so a recycled pid is not
 mistaken for the job.
 
 A target is ``fn(params: dict, ctx: JobContext) -> dict`` (the metrics);
-``ctx.progress(fraction, message)`` reports progress. Cancel sends SIGTERM to
-the job's process group (the worker records ``cancelled``), then SIGKILL
-after a grace period.
+``ctx.progress(fraction, message)`` reports progress (the worker's side:
+termnorm.job_worker). Cancel sends SIGTERM to the job's process group (the
+worker records ``cancelled``), then SIGKILL after a grace period.
 """
 
 from __future__ import annotations
@@ -42,17 +42,16 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from termnorm.registry import REPO, file_lock, read_json, utc_now, write_json_atomic
+from termnorm.filestore import file_lock, read_json, utc_now, write_json_atomic
 
-ENV_ROOT = "TERMNORM_JOBS"
-STATES = ("queued", "running", "done", "failed", "cancelled")
+#: The repository root: the workers' working directory, first on their PYTHONPATH.
+REPO = Path(__file__).resolve().parent.parent
+
 FINAL = ("done", "failed", "cancelled")
 
 #: Seconds a job may stay "queued" with no live process before it is declared failed
@@ -71,10 +70,6 @@ DEFAULT_LOCK = "default"
 
 class JobBusy(RuntimeError):
     """Another job holding the same lock key is running."""
-
-
-class JobCancelled(BaseException):
-    """Raised inside the worker when SIGTERM arrives (BaseException: not swallowed by ``except Exception``)."""
 
 
 _held = threading.local()  # guard files this thread holds (flock is not re-entrant across open())
@@ -106,7 +101,7 @@ def default_root() -> Path:
 
 
 # ------------------------------------------------------------------------------------- processes
-def _proc_start(pid: int) -> int | None:
+def process_start_ticks(pid: int) -> int | None:
     """The process start time (clock ticks since boot, /proc/<pid>/stat field 22); None if gone or a zombie."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_text()
@@ -124,11 +119,9 @@ def pid_alive(pid: int | None, start: int | None = None) -> bool:
         return False
     try:  # reap it if it is our own exited child (else it lingers as a zombie)
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
+    except OSError:  # ChildProcessError: not our child
         pass
-    except OSError:
-        pass
-    now = _proc_start(pid)
+    now = process_start_ticks(pid)
     if now is None:
         return False
     return start is None or now == start
@@ -298,7 +291,7 @@ class JobRunner:
             env = dict(os.environ)
             env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
             env["PYTHONUNBUFFERED"] = "1"
-            proc = subprocess.Popen([sys.executable, "-m", "termnorm.jobs", "run", str(folder)], cwd=str(REPO),
+            proc = subprocess.Popen([sys.executable, "-m", "termnorm.job_worker", "run", str(folder)], cwd=str(REPO),
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True, close_fds=True, env=env)
             log.close()
@@ -308,7 +301,7 @@ class JobRunner:
             raise
         # reap the worker when it exits, so it never lingers as a zombie of this (long-lived) process
         threading.Thread(target=proc.wait, daemon=True, name=f"reap-{job_id}").start()
-        self.update(job_id, pid=proc.pid, pid_start=_proc_start(proc.pid))
+        self.update(job_id, pid=proc.pid, pid_start=process_start_ticks(proc.pid))
         return job_id
 
     def _busy_message(self, job_id: str | None, lock: str) -> str:
@@ -440,107 +433,3 @@ def _parse_time(s: str | None) -> float | None:
         return float(calendar.timegm(time.strptime(s, "%Y-%m-%dT%H:%M:%SZ")))
     except ValueError:
         return None
-
-
-# ------------------------------------------------------------------------------------- the worker side
-@dataclass
-class JobContext:
-    """Handed to a job's target: report progress, log lines, know the device."""
-
-    runner: JobRunner
-    job_id: str
-    device: str | None = None
-    _last: float = 0.0
-
-    def progress(self, fraction: float, message: str = "", **metrics) -> None:
-        changes = {"progress": float(min(1.0, max(0.0, fraction))), "message": str(message)}
-        if metrics:
-            st = self.runner._read_status(self.job_id) or {}
-            changes["metrics"] = {**(st.get("metrics") or {}), **metrics}
-        self.runner.update(self.job_id, **changes)
-        if message:
-            self.log(f"[{fraction:5.1%}] {message}")
-
-    def log(self, line: str) -> None:
-        print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
-
-    def set_device(self, device: str) -> None:
-        self.device = device
-        self.runner.update(self.job_id, device=device)
-
-
-def _import_target(target: str):
-    import importlib
-
-    mod, _, fn = target.partition(":")
-    return getattr(importlib.import_module(mod), fn)
-
-
-def run_worker(folder) -> int:
-    """The worker process body: run the job in ``folder`` and record how it ended."""
-    folder = Path(folder)
-    runner = JobRunner(folder.parent)
-    spec = read_json(folder / "job.json")
-    job_id = spec["id"]
-
-    def on_term(signum, frame):
-        raise JobCancelled()
-
-    signal.signal(signal.SIGTERM, on_term)
-    try:  # the niceness asked for, not added to the starter's: a job started by a job (a promotion's
-        # re-scoring) would otherwise run at 19 and make no headway on a busy machine
-        os.nice(max(0, int(spec.get("niceness", NICENESS)) - os.nice(0)))
-    except OSError:
-        pass
-    ctx = JobContext(runner, job_id)
-    runner.update(job_id, state="running", started=utc_now(), pid=os.getpid(), pid_start=_proc_start(os.getpid()),
-                  message="running")
-    code = 0
-    try:
-        fn = _import_target(spec["target"])
-        metrics = fn(dict(spec.get("params") or {}), ctx) or {}
-        st = runner._read_status(job_id) or {}
-        runner.update(job_id, state="done", progress=1.0, finished=utc_now(), message="done",
-                      metrics={**(st.get("metrics") or {}), **metrics})
-        ctx.log("done")
-    except JobCancelled:
-        runner.update(job_id, state="cancelled", finished=utc_now(), message="cancelled")
-        ctx.log("cancelled")
-        code = 143
-    except BaseException as e:  # noqa: BLE001 - every failure must end in a final state
-        tb = traceback.format_exc()
-        print(tb, flush=True)
-        runner.update(job_id, state="failed", finished=utc_now(), error=f"{type(e).__name__}: {e}",
-                      message=f"failed: {type(e).__name__}: {e}"[:300])
-        code = 1
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        runner._release(job_id)
-    return code
-
-
-def sleep_job(params: dict, ctx: JobContext) -> dict:
-    """A job that only waits, in ``steps`` steps of ``seconds / steps`` (tests and smoke checks).
-
-    ``fail_at`` (a step number) raises an error there.
-    """
-    steps = int(params.get("steps", 10))
-    pause = float(params.get("seconds", 1.0)) / max(1, steps)
-    for i in range(steps):
-        if params.get("fail_at") is not None and i == int(params["fail_at"]):
-            raise RuntimeError(f"asked to fail at step {i}")
-        time.sleep(pause)
-        ctx.progress((i + 1) / steps, f"step {i + 1}/{steps}")
-    return {"steps": steps}
-
-
-def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) == 2 and argv[0] == "run":
-        return run_worker(argv[1])
-    print("usage: python -m termnorm.jobs run <job folder>", file=sys.stderr)
-    return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -8,7 +8,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from termnorm.dashboard import (
+from termnorm.coding_metrics import (
     Numbers,
     acceptance,
     acceptance_flags,

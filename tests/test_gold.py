@@ -15,7 +15,7 @@ from sqlalchemy import inspect
 
 from db import auth, dashboard_data, gold, services
 from db import models as M
-from termnorm import dashboard
+from termnorm import coding_metrics as dashboard
 from termnorm.engine import demo_vocabulary
 from termnorm.records import Candidate, Suggestion
 

@@ -158,7 +158,7 @@ def metric_values(tab) -> dict[str, str]:
 def test_dashboards_and_adjudication_in_browser(server, tab, tmp_path):
     from db import dashboard_data, services
     from pages import _ui
-    from termnorm import dashboard
+    from termnorm import coding_metrics as dashboard
 
     base, url, info = server
     # -- sign in through the form

@@ -9,14 +9,14 @@ import time
 
 import pytest
 from helpers import wait_for
+from job_targets import SLEEP, workers_import_tests
 
 from termnorm.jobs import FINAL, JobBusy, JobRunner, lock_key, pid_alive
 
-SLEEP = "termnorm.jobs:sleep_job"
-
 
 @pytest.fixture
-def runner(tmp_path):
+def runner(tmp_path, monkeypatch):
+    workers_import_tests(monkeypatch)
     r = JobRunner(tmp_path / "jobs")
     yield r
     for st in r.jobs():  # never leave a worker behind
@@ -107,7 +107,7 @@ def test_failing_job_records_the_error_and_releases_the_lock(runner):
 
 def test_bad_target_is_refused(runner):
     with pytest.raises(ValueError):
-        runner.start("termnorm.jobs.sleep_job", {})
+        runner.start("job_targets.sleep_job", {})
     job = runner.start("termnorm.jobs:no_such_function", {})
     st = runner.wait(job, 20)
     assert st["state"] == "failed" and "no_such_function" in st["error"]
@@ -181,7 +181,7 @@ def test_a_job_started_by_a_job_runs_at_the_same_niceness(runner):
     import sys
 
     code = ("import os, sys; os.nice(10); from termnorm.jobs import JobRunner; "
-            "print(JobRunner(sys.argv[1]).start('termnorm.jobs:sleep_job', {'seconds': 20, 'steps': 20}))")
+            "print(JobRunner(sys.argv[1]).start('job_targets:sleep_job', {'seconds': 20, 'steps': 20}))")
     job = subprocess.run([sys.executable, "-c", code, str(runner.root)], capture_output=True, text=True,
                          check=True).stdout.strip()
     st = wait_for(lambda: (s := runner.status(job))["state"] == "running" and s)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import fresh_url
+from job_targets import SLEEP, workers_import_tests
 from streamlit.testing.v1 import AppTest
 
 from db import learning, loader, services as S, serving
@@ -241,8 +242,9 @@ def test_a_promotion_reaches_the_coding_page_and_rolling_back_to_the_shipped_mod
     assert any(w in page for w in ("sure · ", "likely · ", ">unsure<"))  # words, not a bare percentage
 
     # another vocabulary's failed job is not this page's business
+    workers_import_tests(monkeypatch)
     runner = JobRunner()
-    other = runner.start("termnorm.jobs:sleep_job", {"steps": 1, "fail_at": 0}, title="retrain · another",
+    other = runner.start(SLEEP, {"steps": 1, "fail_at": 0}, title="retrain · another",
                          lock=lock_key("retrain", vid + 1), tags={"kind": "retrain", "vocabulary_id": vid + 1})
     assert runner.wait(other, timeout=60)["state"] == "failed"
 

@@ -8,8 +8,9 @@ import json
 import pytest
 
 from termnorm.engine import Engine, demo_mentions, demo_vocabulary
+from termnorm.gate import MIN_GATE_MENTIONS, Gate, paired_results
 from termnorm.records import LabelledMention
-from termnorm.registry import MIN_GATE_MENTIONS, Gate, Registry, paired_results, slug
+from termnorm.registry import Registry, slug
 from termnorm.refit import evaluate_on_gold, limited_threads
 from termnorm.stats import band_of, confidence_bands, sign_test
 

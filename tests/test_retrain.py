@@ -16,9 +16,10 @@ from db import learning, services as S
 from db import retrain as R
 from termnorm import refit as F
 from termnorm.engine import Engine, demo_mentions, demo_vocabulary
+from termnorm.gate import MIN_GATE_MENTIONS, Gate
 from termnorm.jobs import JobRunner
 from termnorm.records import Candidate
-from termnorm.registry import MIN_GATE_MENTIONS, Gate, Registry
+from termnorm.registry import Registry
 
 REPO = Path(__file__).resolve().parents[1]
 VOCAB = "demo-procedures"
