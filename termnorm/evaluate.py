@@ -10,15 +10,21 @@ Every function takes parallel lists, one entry per mention:
 The metrics are those the methods report: exact-set accuracy (Yidu-N7K /
 CHIP 2019, approach A), micro P/R/F1 over (mention, term) pairs (CHIP-CDN's
 official metric), Recall@k and NDCG@5 with binary relevance (approach D), and
-the recall-stage measures (candidate recall, pair recall).
+the recall-stage measures (candidate recall, pair recall). :func:`evaluate_engine` runs an engine on
+labelled mentions and computes them all.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Hashable, Iterable, Sequence
+import time
+from typing import TYPE_CHECKING, Any, Hashable, Iterable, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from termnorm.engine import Engine
+    from termnorm.records import LabelledMention
 
 Terms = Iterable[Hashable]
 
@@ -221,3 +227,44 @@ def evaluate_predictions(gold: Sequence[Terms], predicted_sets: Sequence[Terms] 
         out.update(candidate_recall=candidate_recall(gold, ranked_lists), pair_recall=pair_recall(gold, ranked_lists),
                    mean_candidates=mean_candidates(ranked_lists), ndcg_at_5=ndcg_at_k(gold, ranked_lists, 5))
     return out
+
+
+def evaluate_engine(engine: Engine, mentions: list[LabelledMention], stage: str = "recall", k: int = 20,
+                    progress: bool = False) -> dict:
+    """Run recall (or the full pipeline) on labelled mentions and compute every metric."""
+    texts = [m.text for m in mentions]
+    gold = [m.terms for m in mentions]
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=len(texts), desc=f"{stage} on {len(texts)} mentions")
+    t0 = time.perf_counter()
+    if stage == "recall":
+        cand_lists = []
+        for s in range(0, len(texts), 256):
+            cand_lists.extend(engine.recall_batch(texts[s:s + 256]))
+            if bar:
+                bar.update(len(texts[s:s + 256]))
+        for cl in cand_lists:
+            cl.sort(key=lambda c: -c.score)
+        ranked = [[c.term for c in cl] for cl in cand_lists]
+        predicted = [r[:1] for r in ranked]
+        counts = None
+    else:
+        def cb(done, total):
+            if bar:
+                bar.n = done
+                bar.refresh()
+        sugs = engine.suggest_batch(texts, k=10 ** 6, progress=cb)
+        ranked = [[c.term for c in s.candidates] for s in sugs]
+        predicted = [s.chosen for s in sugs]
+        counts = [s.predicted_count for s in sugs]
+    secs = time.perf_counter() - t0
+    if bar:
+        bar.close()
+    rep = evaluate_predictions(gold, predicted, ranked, predicted_counts=counts)
+    rep["by_familiarity"] = accuracy_by_familiarity((m.terms for m in engine.history), gold, predicted)
+    rep["errors"] = error_table(texts, gold, predicted, as_frame=False)
+    rep["seconds"] = round(secs, 3)
+    rep["mentions_per_second"] = round(len(texts) / secs, 1) if secs > 0 else None
+    return rep

@@ -172,7 +172,7 @@ def fit_with_pairs(engine, train: list[LabelledMention], confirmed_negatives: di
     mentions the current model was not trained on (default: those not in its history) -- beta is
     calibrated on them. One ranker is fitted (no ``bag``: termnorm train lexical --bag is a CLI fit).
     """
-    from termnorm.engine import _hash_mentions
+    from termnorm.fitting import fit_confidence, hash_mentions as _hash_mentions
     from termnorm.lexrank import ENSEMBLE, LexicalRanker, PairFeaturizer
 
     say = progress or (lambda f, m: None)
@@ -257,8 +257,8 @@ def fit_with_pairs(engine, train: list[LabelledMention], confirmed_negatives: di
         engine.meta.update(output_rule=list(rule), output_rule_metric=metric, output_rule_heldout=rule_scores)
     say(0.85, "calibrating confidence")
     lab = [i for i, g in enumerate(golds) if g]
-    engine._fit_confidence([texts[i] for i in lab], [cand_lists[i] for i in lab], [golds[i] for i in lab],
-                           [n_parts[i] for i in lab], [hcounts[i] for i in lab])
+    fit_confidence(engine, [texts[i] for i in lab], [cand_lists[i] for i in lab], [golds[i] for i in lab],
+                   [n_parts[i] for i in lab], [hcounts[i] for i in lab])
     engine.model_version = "lexical-gbm-" + _hash_mentions(pos)[:8]
     report = dict(counts, beta=beta if np.isfinite(beta) else None, alpha=alpha, top_k=top_k,
                   efn_heldout_mentions=n_held, recall_seconds=round(t_recall, 2),
@@ -276,10 +276,8 @@ def _select_output_rule(feat, texts, cand_lists, golds, n_parts, hcounts, weight
     """The output rule (termnorm.lexrank.select_rule) chosen as Engine.fit_lexical does: a probe ranker
     fitted on 80% of the mentions, the rule with the best ``metric`` on the other 20%.
     (None, {}) when this lexrank has no rule selection."""
-    try:
-        from termnorm.lexrank import LexicalRanker, select_rule
-    except ImportError:
-        return None, {}
+    from termnorm.lexrank import LexicalRanker, select_rule
+
     rng = np.random.default_rng(seed + 1)
     held = rng.random(len(texts)) < held_share
     fit_i = [i for i in range(len(texts)) if not held[i]]
@@ -366,6 +364,6 @@ def retrain_neural(current_folder: Path, vocabulary, train: list[LabelledMention
 def jsonable(d: dict) -> dict:
     import json
 
-    from termnorm.registry import _json_default
+    from termnorm.filestore import json_default as _json_default
 
     return json.loads(json.dumps(d, default=_json_default))

@@ -70,7 +70,7 @@ def test_objective_improves_recall_on_training_slice(tiny_dir, demo, objective, 
     train = mentions[:60]
     enc = fresh(tiny_dir)
     before = evaluate_recall(enc, vocab, train, ks=(10,))["recall@10"]
-    m = train_biencoder(enc, vocab, train, objective, epochs=2, batch_size=16, lr=2e-3, data=data, val=train,
+    m = train_biencoder(enc, vocab, train, objective=objective, epochs=2, batch_size=16, lr=2e-3, data=data, val=train,
                         progress=False, seed=1)
     assert m["epochs"][0]["recall@10"] == pytest.approx(before)  # epoch 0 evaluates the untrained model
     assert all(np.isfinite(e["loss"]) for e in m["epochs"])
@@ -80,7 +80,7 @@ def test_objective_improves_recall_on_training_slice(tiny_dir, demo, objective, 
 
 def test_nce_loss_decreases_on_fixed_batches(tiny_dir, demo):
     vocab, mentions = demo
-    m = train_biencoder(fresh(tiny_dir), vocab, mentions[:32], "nce", epochs=3, batch_size=16, lr=2e-3,
+    m = train_biencoder(fresh(tiny_dir), vocab, mentions[:32], objective="nce", epochs=3, batch_size=16, lr=2e-3,
                         val=mentions[:32], progress=False, n_hard_queries=0)
     losses = [e["loss"] for e in m["epochs"]]
     assert losses[-1] < losses[0]
@@ -89,10 +89,10 @@ def test_nce_loss_decreases_on_fixed_batches(tiny_dir, demo):
 def test_unknown_objective_or_empty_data_rejected(tiny_dir, demo):
     vocab, mentions = demo
     with pytest.raises(ValueError):
-        train_biencoder(fresh(tiny_dir), vocab, mentions, "cosine", progress=False)
+        train_biencoder(fresh(tiny_dir), vocab, mentions, objective="cosine", progress=False)
     bare = Vocabulary(names=list(vocab.names))  # no synonyms
     with pytest.raises(ValueError):
-        train_biencoder(fresh(tiny_dir), bare, [], "nce", data="vocab", progress=False)
+        train_biencoder(fresh(tiny_dir), bare, [], objective="nce", data="vocab", progress=False)
 
 
 # ---------------------------------------------------------------- mining

@@ -18,7 +18,7 @@ _EXPORTS = {
     "BiEncoder": "biencoder", "CountHead": "biencoder", "fit_count_head": "biencoder",
     "TermIndex": "index", "DenseRecaller": "index",
     "Sieve": "sieve", "SieveResult": "sieve", "calibrate_threshold": "sieve", "SIEVE_THRESHOLD": "sieve",
-    "train_biencoder": "train", "evaluate_recall": "train",
+    "train_biencoder": "train", "evaluate_recall": "train", "BiEncoderTrainConfig": "train_prep",
     "MultiLabelBatchHardSoftMarginTripletLoss": "losses",
 }
 

@@ -46,7 +46,7 @@ import json
 import math
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
@@ -63,200 +63,98 @@ from termnorm.dense.biencoder import (
     fit_count_head,
     fit_count_head_vectors,
 )
-from termnorm.dense.index import TermIndex
 from termnorm.dense.mining import (
-    calibrate_efn_beta,
     compose_batches,
-    gold_mask,
     label_batches,
     random_negatives,
     sample_hard_negatives,
     top_k_similar,
 )
+from termnorm.dense.train_prep import (
+    DATA,
+    IGNORE,
+    OBJECTIVES,
+    BiEncoderTrainConfig,
+    Queries,
+    batch_hard_items,
+    build_queries,
+    check_choices,
+    efn_beta,
+    evaluate_recall,
+    fill_random,
+    gold_ids,
+    hard_query_neighbours,
+    query_term_pairs,
+)
 from termnorm.records import LabelledMention
-from termnorm.text.normalize import normalize
 from termnorm.vocabulary import Vocabulary
 
-OBJECTIVES = ("nce", "batch_hard", "triplet_online")
-DATA = ("labelled", "vocab", "both")
-IGNORE = -100
-
-
-# --------------------------------------------------------------------------- data
-@dataclass
-class Queries:
-    """Unique training anchors (mentions / synonyms) with their gold term ids."""
-
-    texts: list[str]
-    gold: list[set[int]]
-    count: list[int]  # count class for the head, IGNORE for synonyms
-
-
-def gold_ids(vocab: Vocabulary, terms: Sequence[str]) -> list[int]:
-    return [t for t in (vocab.get_id(x) for x in terms) if t is not None]
-
-
-def build_queries(vocab: Vocabulary, train: Sequence[LabelledMention], data: str) -> Queries:
-    """Mentions merged by normalized text (gold = union), plus synonyms -> their term when data includes the vocab."""
-    by_key: dict[str, int] = {}
-    q = Queries([], [], [])
-
-    def put(text: str, ids: list[int], count: int):
-        key = normalize(text)
-        if not key or not ids:
-            return
-        i = by_key.get(key)
-        if i is None:
-            by_key[key] = len(q.texts)
-            q.texts.append(text)
-            q.gold.append(set(ids))
-            q.count.append(count)
-        else:
-            q.gold[i].update(ids)
-            if count != IGNORE:
-                q.count[i] = count_class(len(q.gold[i]))
-
-    if data in ("labelled", "both"):
-        for m in train:
-            ids = gold_ids(vocab, m.terms)
-            put(m.text, ids, count_class(len(ids)))
-    if data in ("vocab", "both"):
-        for name, syns in vocab.synonyms.items():
-            for s in syns:
-                put(s, [vocab.index(name)], IGNORE)
-    return q
-
-
-def _check(objective: str, data: str):
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {OBJECTIVES}, not {objective!r}")
-    if data not in DATA:
-        raise ValueError(f"data must be one of {DATA}, not {data!r}")
-
-
-# --------------------------------------------------------------------------- evaluation
-def evaluate_recall(encoder: BiEncoder, vocab: Vocabulary, mentions: Sequence[LabelledMention],
-                    ks: Sequence[int] = (1, 10, 20), form_vecs: np.ndarray | None = None,
-                    query_vecs: np.ndarray | None = None) -> dict:
-    """recall@k = share of mentions whose *whole* gold set is in the top k terms (data/README.md's definition).
-
-    Terms are scored by their best surface form (names + synonyms). A gold name
-    missing from the vocabulary makes its mention a miss.
-    """
-    texts, ids = vocab.surface_forms()
-    if form_vecs is None:
-        form_vecs = encoder.encode_terms(texts)
-    index = TermIndex(encoder.dim, "flat")
-    index.add_vectors(form_vecs, ids)
-    if query_vecs is None:
-        query_vecs = encoder.encode_queries([m.text for m in mentions])
-    kmax = max(ks)
-    top, _ = index.search(query_vecs, kmax)
-    out = {"n": len(mentions)}
-    for k in ks:
-        hit = 0
-        for m, row in zip(mentions, top[:, :k]):
-            g = [vocab.get_id(t) for t in m.terms]
-            hit += bool(g) and all(t is not None and t in row for t in g)
-        out[f"recall@{k}"] = hit / max(len(mentions), 1)
-    return out
-
-
-def _efn_beta(qvecs: np.ndarray, gold: list[set[int]], name_vecs: np.ndarray, alpha: float, k: int = 10) -> float:
-    idx, sims = top_k_similar(qvecs, name_vecs, k)
-    return calibrate_efn_beta(sims, gold_mask(idx, gold), alpha)
+# the data preparation and the config moved to termnorm.dense.train_prep; importable from here as before
+__all__ = ["DATA", "IGNORE", "OBJECTIVES", "BiEncoderTrainConfig", "Queries", "build_queries", "evaluate_recall",
+           "gold_ids", "main", "train_biencoder"]
 
 
 # --------------------------------------------------------------------------- training
 def train_biencoder(model: BiEncoder, vocab: Vocabulary, train: Sequence[LabelledMention],
-                    objective: str = "nce", epochs: int = 3, batch_size: int = 32, lr: float = 2e-5, *,
-                    data: str = "labelled", val: Sequence[LabelledMention] | None = None,
-                    freeze_embeddings: bool | None = None, count_head: bool = True, count_weight: float = 1.0,
-                    head_lr: float = 1e-3, refit_count_head: bool = True,
-                    n_hard_terms: int = 3, n_hard_queries: int = 10, top_k_mine: int = 50,
-                    tau: float = 0.05, alpha: float = 0.8, alpha_step: float = 0.05, efn: bool = True,
-                    n_triplet_negatives: int = 4, triplet_margin: float = 1.0, max_per_label: int = 4,
-                    warmup_ratio: float = 0.1, weight_decay: float = 0.01, max_grad_norm: float = 1.0,
-                    time_budget_s: float | None = None, max_steps: int | None = None,
-                    eval_ks: Sequence[int] = (1, 10, 20), seed: int = 0, progress: bool = True,
-                    state: dict | None = None) -> dict:
+                    config: BiEncoderTrainConfig | None = None, *, val: Sequence[LabelledMention] | None = None,
+                    state: dict | None = None, **overrides) -> dict:
     """Fine-tune ``model`` in place with one objective (see the module docstring); returns metrics.
 
-    Knobs and why their defaults:
-
-    * ``lr=2e-5`` AdamW -- approach A's setting (approach E: Adam 3e-5).
-    * ``batch_size=32`` -- the CPU-affordable batch (methods.md measured 32-pair
-      steps); approach E's 1,500 and approach C's 50 need a GPU.
-    * ``tau=0.05`` -- approach C's best temperature 1/20; used both as the InfoNCE
-      temperature (scale 20) and for HD-sampling ``exp(sim/tau)``.
-    * ``n_hard_terms=3`` / ``n_hard_queries=10`` -- approach D's best numbers.
-      Hard negative queries are realised by pulling the pairs of those queries
-      into the same batch (``mining.compose_batches``), so they cost no extra
-      encoding; a batch of 32 thus holds ~3 clusters of confusable mentions.
-    * ``alpha=0.8``, raised by ``alpha_step`` per epoch (capped at 0.99) --
-      approach D's E-FN precision target. beta is calibrated on ``val``
-      (or on a 10% hold-out of ``train`` when ``val`` is None, kept out of training).
-    * ``count_weight=1`` -- approach A's loss = triplet + CE; ``head_lr=1e-3`` for
-      the freshly initialised count head (the encoder keeps ``lr``).
-    * ``refit_count_head=True`` -- after training, refit the head on the final
-      mention embeddings (Yidu-N7K val count accuracy 0.977 refitted vs 0.95 =
-      the majority class for the jointly trained head after a 21-step CPU run).
-    * ``n_triplet_negatives=4``, ``triplet_margin=1`` -- approach A.
-    * ``freeze_embeddings=None`` -- auto: freeze the word-embedding table when it
-      has > 1M parameters and training runs on CPU (e5-small's 96M-parameter
-      table makes a step 7x slower unfrozen, methods.md).
-    * ``time_budget_s`` / ``max_steps`` -- stop early (CPU runs); the final
-      evaluation still happens.
-    * ``state`` -- if a dict is given, it receives the final model's encodings
-      (``form_vecs`` aligned with ``vocab.surface_forms()``, ``mention_vecs``
-      {text: vector} of the training mentions, ``val_vecs``) so that building the
-      index afterwards does not encode everything again.
+    ``config``: the knobs and why their defaults (:class:`~termnorm.dense.train_prep.BiEncoderTrainConfig`);
+    ``overrides`` set any of its fields by name (``train_biencoder(model, vocab, train, objective="nce",
+    epochs=1)``). ``val``: labelled mentions for recall@k per epoch and E-FN's beta.
+    ``state`` -- if a dict is given, it receives the final model's encodings
+    (``form_vecs`` aligned with ``vocab.surface_forms()``, ``mention_vecs``
+    {text: vector} of the training mentions, ``val_vecs``) so that building the
+    index afterwards does not encode everything again.
     """
-    _check(objective, data)
+    c = replace(config or BiEncoderTrainConfig(), **overrides)
+    check_choices(c.objective, c.data)
     t_start = time.perf_counter()
-    rng = np.random.default_rng(seed)
-    torch.manual_seed(seed)
+    rng = np.random.default_rng(c.seed)
+    torch.manual_seed(c.seed)
     train = list(train)
     efn_val: list[LabelledMention] | None = list(val) if val else None
-    if objective == "nce" and efn and efn_val is None and data != "vocab" and len(train) >= 20:
+    if c.objective == "nce" and c.efn and efn_val is None and c.data != "vocab" and len(train) >= 20:
         perm = rng.permutation(len(train))
         n_hold = max(2, len(train) // 10)
         efn_val = [train[i] for i in perm[:n_hold]]
         train = [train[i] for i in perm[n_hold:]]
-    queries = build_queries(vocab, train, data)
-    if objective in ("nce", "triplet_online") and not queries.texts:
-        raise ValueError(f"no training pairs: data={data!r} gives no mentions or synonyms with known terms")
+    queries = build_queries(vocab, train, c.data)
+    if c.objective in ("nce", "triplet_online") and not queries.texts:
+        raise ValueError(f"no training pairs: data={c.data!r} gives no mentions or synonyms with known terms")
 
     device = model.device
     emb_params = model.word_embeddings().weight.numel()
-    if freeze_embeddings is None:
-        freeze_embeddings = device.type == "cpu" and emb_params > 1_000_000
-    model.freeze_word_embeddings(bool(freeze_embeddings))
-    joint_count = count_head and data != "vocab"
+    freeze = c.freeze_embeddings
+    if freeze is None:
+        freeze = device.type == "cpu" and emb_params > 1_000_000
+    model.freeze_word_embeddings(bool(freeze))
+    joint_count = c.count_head and c.data != "vocab"
     head = model.ensure_count_head() if joint_count else None
 
-    if objective == "nce":
+    if c.objective == "nce":
         from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
-        loss_fn = MultipleNegativesRankingLoss(model.model, scale=1.0 / tau,
+        loss_fn = MultipleNegativesRankingLoss(model.model, scale=1.0 / c.tau,
                                                directions=("query_to_doc", "doc_to_query"),
                                                partition_mode="per_direction")
-    elif objective == "triplet_online":
+    elif c.objective == "triplet_online":
         from sentence_transformers.sentence_transformer.losses import TripletDistanceMetric, TripletLoss
 
         loss_fn = TripletLoss(model.model, distance_metric=TripletDistanceMetric.EUCLIDEAN,
-                              triplet_margin=triplet_margin)
+                              triplet_margin=c.triplet_margin)
     else:
         from termnorm.dense.losses import MultiLabelBatchHardSoftMarginTripletLoss
 
         loss_fn = MultiLabelBatchHardSoftMarginTripletLoss(model.model)
 
     params = [p for p in model.model.parameters() if p.requires_grad]
-    groups = [{"params": params, "lr": lr}]
+    groups = [{"params": params, "lr": c.lr}]
     if head is not None:  # a fresh 3-way head learns nothing at the encoder's 2e-5 in a few epochs
-        groups.append({"params": list(head.parameters()), "lr": max(lr, head_lr)})
+        groups.append({"params": list(head.parameters()), "lr": max(c.lr, c.head_lr)})
         params = params + groups[-1]["params"]
-    opt = torch.optim.AdamW(groups, weight_decay=weight_decay)
+    opt = torch.optim.AdamW(groups, weight_decay=c.weight_decay)
     from termnorm.encoder.device import grad_scaler
 
     scaler = grad_scaler(str(device))
@@ -265,11 +163,11 @@ def train_biencoder(model: BiEncoder, vocab: Vocabulary, train: Sequence[Labelle
     n_names = len(names)
 
     # batch_hard items are fixed: (text, side, labels, count)
-    bh_items = _batch_hard_items(vocab, train, queries, data) if objective == "batch_hard" else None
+    bh_items = batch_hard_items(vocab, train, queries, c.data) if c.objective == "batch_hard" else None
 
-    metrics: dict = {"objective": objective, "data": data, "epochs": [], "batch_size": batch_size, "lr": lr,
-                     "freeze_embeddings": bool(freeze_embeddings), "n_queries": len(queries.texts),
-                     "count_head": "joint" if joint_count else ("separate" if count_head else None)}
+    metrics: dict = {"objective": c.objective, "data": c.data, "epochs": [], "batch_size": c.batch_size, "lr": c.lr,
+                     "freeze_embeddings": bool(freeze), "n_queries": len(queries.texts),
+                     "count_head": "joint" if joint_count else ("separate" if c.count_head else None)}
     steps_total_est = None
     scheduler = None
     step = 0
@@ -287,15 +185,15 @@ def train_biencoder(model: BiEncoder, vocab: Vocabulary, train: Sequence[Labelle
         encode_stats[1] += time.perf_counter() - t0
         return fv, qv, vv
 
-    for epoch in range(epochs + 1):  # the extra pass only evaluates the final model
-        last = epoch == epochs or stop
-        need_state = last or objective == "nce" or (objective == "triplet_online" and epoch > 0) or val
+    for epoch in range(c.epochs + 1):  # the extra pass only evaluates the final model
+        last = epoch == c.epochs or stop
+        need_state = last or c.objective == "nce" or (c.objective == "triplet_online" and epoch > 0) or val
         fv = qv = vv = None
         ep: dict = {"epoch": epoch}
         if need_state:
-            fv, qv, vv = encode_state(last or objective != "batch_hard")
+            fv, qv, vv = encode_state(last or c.objective != "batch_hard")
             if val:
-                ep.update(evaluate_recall(model, vocab, val, eval_ks, form_vecs=fv, query_vecs=vv))
+                ep.update(evaluate_recall(model, vocab, val, c.eval_ks, form_vecs=fv, query_vecs=vv))
         if last:
             metrics["final"] = {k: v for k, v in ep.items() if k != "epoch"}
             if state is not None:
@@ -304,42 +202,42 @@ def train_biencoder(model: BiEncoder, vocab: Vocabulary, train: Sequence[Labelle
             break
 
         # ---- per-epoch examples -----------------------------------------------------------------
-        if objective == "nce":
-            a = min(alpha + alpha_step * epoch, 0.99)
-            beta = _efn_beta(vv, [set(gold_ids(vocab, m.terms)) for m in efn_val], fv[:n_names], a) \
-                if (efn and efn_val) else float("inf")
-            idx, sims = top_k_similar(qv, fv[:n_names], top_k_mine)
-            neg, eliminated = sample_hard_negatives(idx, sims, queries.gold, n_hard_terms, tau=tau, beta=beta,
+        if c.objective == "nce":
+            a = min(c.alpha + c.alpha_step * epoch, 0.99)
+            beta = efn_beta(vv, [set(gold_ids(vocab, m.terms)) for m in efn_val], fv[:n_names], a) \
+                if (c.efn and efn_val) else float("inf")
+            idx, sims = top_k_similar(qv, fv[:n_names], c.top_k_mine)
+            neg, eliminated = sample_hard_negatives(idx, sims, queries.gold, c.n_hard_terms, tau=c.tau, beta=beta,
                                                     strategy="softmax", rng=rng)
-            neg = _fill_random(neg, n_names, queries.gold, rng)
-            pair_q, pair_t = _pairs(queries)
-            neighbours = _hard_query_neighbours(pair_q, pair_t, qv, fv[:n_names], queries.gold, n_hard_queries,
-                                                tau, beta, rng, top_k_mine)
+            neg = fill_random(neg, n_names, queries.gold, rng)
+            pair_q, pair_t = query_term_pairs(queries)
+            neighbours = hard_query_neighbours(pair_q, pair_t, qv, fv[:n_names], queries.gold, c.n_hard_queries,
+                                                c.tau, beta, rng, c.top_k_mine)
             pair_docs = [[int(t)] + [int(x) for x in neg[q]] for q, t in zip(pair_q, pair_t)]
-            batches = compose_batches(pair_q, pair_docs, queries.gold, batch_size, rng, neighbours)
+            batches = compose_batches(pair_q, pair_docs, queries.gold, c.batch_size, rng, neighbours)
             ep.update({"alpha": a, "beta": beta if math.isfinite(beta) else None,
                        "efn_eliminated": eliminated, "pairs": len(pair_q)})
-        elif objective == "triplet_online":
+        elif c.objective == "triplet_online":
             if epoch == 0:
-                neg = random_negatives(n_names, queries.gold, n_triplet_negatives, rng)
+                neg = random_negatives(n_names, queries.gold, c.n_triplet_negatives, rng)
             else:
-                idx, sims = top_k_similar(qv, fv[:n_names], n_triplet_negatives + 20)
-                neg, _ = sample_hard_negatives(idx, sims, queries.gold, n_triplet_negatives, strategy="top", rng=rng)
-                neg = _fill_random(neg, n_names, queries.gold, rng)
-            pair_q, pair_t = _pairs(queries)
+                idx, sims = top_k_similar(qv, fv[:n_names], c.n_triplet_negatives + 20)
+                neg, _ = sample_hard_negatives(idx, sims, queries.gold, c.n_triplet_negatives, strategy="top", rng=rng)
+                neg = fill_random(neg, n_names, queries.gold, rng)
+            pair_q, pair_t = query_term_pairs(queries)
             rows = [(q, t, int(n)) for q, t in zip(pair_q, pair_t) for n in neg[q]]
             order = rng.permutation(len(rows))
             rows = [rows[i] for i in order]
-            batches = [rows[s:s + batch_size] for s in range(0, len(rows), batch_size)]
+            batches = [rows[s:s + c.batch_size] for s in range(0, len(rows), c.batch_size)]
         else:
-            batches = label_batches([it[2][0] for it in bh_items], batch_size, max_per_label, rng)
+            batches = label_batches([it[2][0] for it in bh_items], c.batch_size, c.max_per_label, rng)
         if steps_total_est is None:
-            steps_total_est = max(1, len(batches) * epochs)
-            if max_steps is not None:
-                steps_total_est = max(1, min(max_steps, steps_total_est))
+            steps_total_est = max(1, len(batches) * c.epochs)
+            if c.max_steps is not None:
+                steps_total_est = max(1, min(c.max_steps, steps_total_est))
             from transformers import get_linear_schedule_with_warmup
 
-            scheduler = get_linear_schedule_with_warmup(opt, int(warmup_ratio * steps_total_est), steps_total_est)
+            scheduler = get_linear_schedule_with_warmup(opt, int(c.warmup_ratio * steps_total_est), steps_total_est)
 
         # ---- steps --------------------------------------------------------------------------------
         model.model.train()
@@ -347,12 +245,12 @@ def train_biencoder(model: BiEncoder, vocab: Vocabulary, train: Sequence[Labelle
             head.train()
         losses = []
         t_ep = time.perf_counter()
-        bar = tqdm(batches, desc=f"{objective} epoch {epoch + 1}/{epochs}", disable=not progress, leave=False)
+        bar = tqdm(batches, desc=f"{c.objective} epoch {epoch + 1}/{c.epochs}", disable=not c.progress, leave=False)
         for b in bar:
             with autocast_for(device):
-                if objective == "nce":
+                if c.objective == "nce":
                     loss, anchors, a_emb = _nce_step(model, loss_fn, queries, names, pair_q, pair_t, neg, b)
-                elif objective == "triplet_online":
+                elif c.objective == "triplet_online":
                     loss, anchors, a_emb = _triplet_step(model, loss_fn, queries, names, b)
                 else:
                     loss, anchors, a_emb = _batch_hard_step(model, loss_fn, bh_items, b)
@@ -360,20 +258,20 @@ def train_biencoder(model: BiEncoder, vocab: Vocabulary, train: Sequence[Labelle
                     y = torch.tensor([c for _, c in anchors], device=device)
                     if (y != IGNORE).any():
                         f = torch.from_numpy(count_features([t for t, _ in anchors])).to(device)
-                        loss = loss + count_weight * nn.functional.cross_entropy(head(a_emb, f), y,
+                        loss = loss + c.count_weight * nn.functional.cross_entropy(head(a_emb, f), y,
                                                                                  ignore_index=IGNORE)
             opt.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()  # scaling only for fp16 autocast; a pass-through on CPU / bf16
             scaler.unscale_(opt)
-            torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+            torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm)
             scaler.step(opt)
             scaler.update()
             scheduler.step()
             step += 1
             losses.append(float(loss.detach()))
             bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}")
-            if (max_steps is not None and step >= max_steps) or \
-                    (time_budget_s is not None and time.perf_counter() - t_start > time_budget_s):
+            if (c.max_steps is not None and step >= c.max_steps) or \
+                    (c.time_budget_s is not None and time.perf_counter() - t_start > c.time_budget_s):
                 stop = True
                 break
         bar.close()
@@ -383,21 +281,21 @@ def train_biencoder(model: BiEncoder, vocab: Vocabulary, train: Sequence[Labelle
                    "first_loss": losses[0] if losses else None,
                    "steps": len(losses), "seconds": round(dt, 2)})
         metrics["epochs"].append(ep)
-        if progress:
+        if c.progress:
             shown = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in ep.items()}
             print(f"[dense] {shown}", file=sys.stderr)
 
     model.model.eval()
-    if count_head and not joint_count and train:
+    if c.count_head and not joint_count and train:
         metrics["count_train_accuracy"] = fit_count_head(model, [m for m in train if gold_ids(vocab, m.terms)])
-    elif joint_count and refit_count_head and qv is not None:
+    elif joint_count and c.refit_count_head and qv is not None:
         # the joint CE shapes the embedding (approach A's multi-task loss); the head itself is refitted on the
         # final embeddings, which a short CPU run leaves far better than its jointly trained weights
         keep = [i for i, c in enumerate(queries.count) if c != IGNORE]
         metrics["count_train_accuracy"] = fit_count_head_vectors(
             model, [queries.texts[i] for i in keep], qv[keep], [queries.count[i] for i in keep])
         metrics["count_head"] = "joint+refit"
-    if count_head and val:
+    if c.count_head and val:
         counts, _ = model.predict_count([m.text for m in val])
         gold_c = np.array([count_class(len(m.terms)) + 1 for m in val])
         metrics["final"]["count_accuracy"] = float((counts == gold_c).mean())
@@ -410,49 +308,6 @@ def train_biencoder(model: BiEncoder, vocab: Vocabulary, train: Sequence[Labelle
 
 
 # --------------------------------------------------------------------------- step helpers
-def _pairs(q: Queries) -> tuple[np.ndarray, np.ndarray]:
-    """Multi-term mentions split into (mention, term) pairs (approach D)."""
-    pq, pt = [], []
-    for i, g in enumerate(q.gold):
-        for t in sorted(g):
-            pq.append(i)
-            pt.append(t)
-    return np.asarray(pq, dtype=np.int64), np.asarray(pt, dtype=np.int64)
-
-
-def _fill_random(neg: np.ndarray, n_items: int, gold: list[set[int]], rng) -> np.ndarray:
-    """Replace -1 (too few mined candidates) with random non-gold ids."""
-    miss = neg < 0
-    if miss.any():
-        rnd = random_negatives(n_items, gold, neg.shape[1], rng)
-        neg = np.where(miss, rnd, neg)
-    return neg
-
-
-def _hard_query_neighbours(pair_q, pair_t, qv, tv, gold, n, tau, beta, rng, k) -> list[list[int]] | None:
-    """Per pair: pairs of the hard negative queries of its term (HD-sampled, E-FN filtered)."""
-    if n <= 0 or len(pair_q) == 0:
-        return None
-    terms = np.unique(pair_t)
-    term_gold: dict[int, set[int]] = {int(t): set() for t in terms}
-    for q, g in enumerate(gold):
-        for t in g:
-            if t in term_gold:
-                term_gold[t].add(q)
-    idx, sims = top_k_similar(tv[terms], qv, k)
-    hq, _ = sample_hard_negatives(idx, sims, [term_gold[int(t)] for t in terms], n, tau=tau, beta=beta,
-                                  strategy="softmax", rng=rng)
-    row_of_term = {int(t): i for i, t in enumerate(terms)}
-    first_pair: dict[int, list[int]] = {}
-    for i, q in enumerate(pair_q):
-        first_pair.setdefault(int(q), []).append(i)
-    out = []
-    for t in pair_t:
-        qs = [int(x) for x in hq[row_of_term[int(t)]] if x >= 0]
-        out.append([first_pair[q][rng.integers(len(first_pair[q]))] for q in qs])
-    return out
-
-
 def _nce_step(model, loss_fn, queries, names, pair_q, pair_t, neg, b):
     qi = pair_q[b]
     a_texts = [queries.texts[q] for q in qi]
@@ -471,25 +326,6 @@ def _triplet_step(model, loss_fn, queries, names, rows):
     p, n = torch.split(d, len(rows))
     loss = loss_fn.compute_loss_from_embeddings([a, p, n], None)
     return loss, list(zip(a_texts, [queries.count[q] for q, _, _ in rows])), a
-
-
-def _batch_hard_items(vocab: Vocabulary, train, queries: Queries, data: str) -> list[tuple[str, str, list[int], int]]:
-    """(text, side, term ids, count class) rows for approach E's batch-hard training."""
-    items: list[tuple[str, str, list[int], int]] = []
-    mentions = [(t, "query", sorted(g), c) for t, g, c in zip(queries.texts, queries.gold, queries.count)
-                if c != IGNORE]
-    if data in ("vocab", "both"):
-        texts, ids = vocab.surface_forms()
-        items += [(t, "passage", [i], IGNORE) for t, i in zip(texts, ids)]
-    elif data == "labelled":
-        used = sorted({t for _, _, g, _ in mentions for t in g})
-        items += [(vocab.names[t], "passage", [t], IGNORE) for t in used]
-    if data in ("labelled", "both") and mentions:
-        reps = 1 if data == "labelled" else max(1, round(len(items) / (3 * len(mentions))))  # |D|/|O| ≈ 1/3
-        items += mentions * reps
-    if not items:
-        raise ValueError("no batch-hard training texts")
-    return items
 
 
 def _batch_hard_step(model, loss_fn, items, b):
@@ -610,11 +446,12 @@ def _train_one(args, folder: Path, vocab, train, val, out: Path, t0: float) -> N
                                   layers=args.layers)
     freeze = {"auto": None, "yes": True, "no": False}[args.freeze_embeddings]
     state: dict = {}
-    metrics = train_biencoder(model, vocab, train, args.objective, args.epochs, args.batch_size, args.lr,
-                              data=args.data, val=val, freeze_embeddings=freeze,
-                              count_head=not args.no_count_head, time_budget_s=args.max_seconds,
-                              max_steps=args.max_steps, seed=args.seed, progress=not args.no_progress,
-                              n_hard_terms=args.hard_terms, n_hard_queries=args.hard_queries, state=state)
+    config = BiEncoderTrainConfig(objective=args.objective, epochs=args.epochs, batch_size=args.batch_size,
+                                  lr=args.lr, data=args.data, freeze_embeddings=freeze,
+                                  count_head=not args.no_count_head, time_budget_s=args.max_seconds,
+                                  max_steps=args.max_steps, seed=args.seed, progress=not args.no_progress,
+                                  n_hard_terms=args.hard_terms, n_hard_queries=args.hard_queries)
+    metrics = train_biencoder(model, vocab, train, config, val=val, state=state)
     model.save(out / "model")
     from termnorm.dense.sieve import Sieve, calibrate_threshold
 

@@ -9,13 +9,13 @@
 from .fgm import FGM
 from .kar import SLOT_TOKENS, KARModule, RankerModel, keyword_attention_mask
 
-__all__ = ["FGM", "KARModule", "RankerModel", "SLOT_TOKENS", "build_pairs", "keyword_attention_mask",
-           "top1_accuracy", "train_ranker"]
+__all__ = ["FGM", "KARModule", "RankerModel", "RankerTrainConfig", "SLOT_TOKENS", "build_pairs",
+           "keyword_attention_mask", "top1_accuracy", "train_ranker"]
 
 
 def __getattr__(name):
     # imported lazily so that `python -m termnorm.rank.train` does not import its own module twice
-    if name in ("build_pairs", "top1_accuracy", "train_ranker"):
+    if name in ("RankerTrainConfig", "build_pairs", "top1_accuracy", "train_ranker"):
         from . import train
 
         return getattr(train, name)

@@ -31,6 +31,7 @@ import json
 import math
 import sys
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -110,21 +111,12 @@ def top1_accuracy(model: RankerModel, mentions: Sequence[LabelledMention],
     return float(np.mean(hits)) if hits else 0.0
 
 
-def train_ranker(model: RankerModel, vocab: Vocabulary, train: Sequence[LabelledMention],
-                 candidates_fn: CandidatesFn, *, val: Sequence[LabelledMention] | None = None,
-                 epochs: int = 2, batch_size: int = 32, lr: float = 3e-5, head_lr: float | None = None,
-                 n_hard: int = 4, n_random: int = 2, pos_repeat: int = 4, fgm: bool = False,
-                 fgm_epsilon: float = 1.0, freeze_embeddings: bool = True, freeze_layers: int = 0,
-                 warmup: float = 0.1, bucket_by_length: bool = False,
-                 weight_decay: float = 0.01, max_steps: int | None = None,
-                 time_budget_s: float | None = None, seed: int = 0, progress: bool = True) -> dict:
-    """Train ``model`` in place; returns a history dict (losses, val top-1 per epoch, time).
+@dataclass(frozen=True)
+class RankerTrainConfig:
+    """The knobs of :func:`train_ranker` (``train_ranker(..., **overrides)`` sets any of them by name).
 
-    ``candidates_fn(mention texts) -> term names per mention`` is the recall
-    (e.g. the lexical union's term names); it is called once for ``train``
-    and once for ``val``. ``head_lr`` defaults to ``20 * lr`` (the head starts
-    from random, the encoder from pretrained weights). ``freeze_embeddings``
-    keeps the word-embedding table fixed: on the 250k-row multilingual table
+    ``head_lr`` defaults to ``20 * lr`` (the head starts from random, the encoder from pretrained weights).
+    ``freeze_embeddings`` keeps the word-embedding table fixed: on the 250k-row multilingual table
     that is ~0.85 s vs 6-7 s per 32-pair CPU step (methods.md); the two slot
     tokens then keep their [CLS] initialisation and learn their role through
     the mask and the layers above. ``freeze_layers`` also freezes the first N
@@ -135,41 +127,73 @@ def train_ranker(model: RankerModel, vocab: Vocabulary, train: Sequence[Labelled
     ``max_steps`` / ``time_budget_s`` stop early
     (the linear schedule is laid out for the full run, capped by ``max_steps``).
     """
+
+    epochs: int = 2  # passes over freshly drawn pairs
+    batch_size: int = 32  # pairs per step
+    lr: float = 3e-5  # AdamW learning rate of the encoder
+    head_lr: float | None = None  # learning rate of the head (None: 20 * lr)
+    n_hard: int = 4  # hard negatives per mention, from the recall's top 2 * n_hard non-gold candidates
+    n_random: int = 2  # random vocabulary terms per mention as negatives
+    pos_repeat: int = 4  # copies of each gold pair per epoch
+    fgm: bool = False  # FGM adversarial training on the word embeddings (approach C)
+    fgm_epsilon: float = 1.0  # FGM's perturbation norm
+    freeze_embeddings: bool = True  # keep the word-embedding table fixed
+    freeze_layers: int = 0  # also freeze the first N transformer layers
+    warmup: float = 0.1  # share of the steps with linear warm-up
+    bucket_by_length: bool = False  # batch pairs of similar length together
+    weight_decay: float = 0.01  # AdamW weight decay (none on biases and norms)
+    max_steps: int | None = None  # stop after this many steps
+    time_budget_s: float | None = None  # stop after this many seconds
+    seed: int = 0  # numpy and torch seed
+    progress: bool = True  # progress bars
+
+
+def train_ranker(model: RankerModel, vocab: Vocabulary, train: Sequence[LabelledMention],
+                 candidates_fn: CandidatesFn, config: RankerTrainConfig | None = None, *,
+                 val: Sequence[LabelledMention] | None = None, **overrides) -> dict:
+    """Train ``model`` in place; returns a history dict (losses, val top-1 per epoch, time).
+
+    ``candidates_fn(mention texts) -> term names per mention`` is the recall
+    (e.g. the lexical union's term names); it is called once for ``train``
+    and once for ``val``. ``config``: the knobs (:class:`RankerTrainConfig`, which tells their
+    defaults); ``overrides`` set any of its fields by name (``train_ranker(..., epochs=1)``).
+    """
     from tqdm.auto import tqdm
     from transformers import get_linear_schedule_with_warmup
 
-    rng = np.random.default_rng(seed)
-    torch.manual_seed(seed)
+    c = replace(config or RankerTrainConfig(), **overrides)
+    rng = np.random.default_rng(c.seed)
+    torch.manual_seed(c.seed)
     t_start = time.perf_counter()
     mod = model.module
     emb = mod.encoder.get_input_embeddings()
-    emb.weight.requires_grad_(not freeze_embeddings)
+    emb.weight.requires_grad_(not c.freeze_embeddings)
     for i, layer in enumerate(getattr(getattr(mod.encoder, "encoder", None), "layer", [])):
         for p in layer.parameters():
-            p.requires_grad_(i >= freeze_layers)
+            p.requires_grad_(i >= c.freeze_layers)
 
     train = [m for m in train if m.terms]
     train_cands = candidates_fn([m.text for m in train])
     val_cands = candidates_fn([m.text for m in val]) if val else None
     names = list(vocab.names)
 
-    head_lr = head_lr if head_lr is not None else 20 * lr
+    head_lr = c.head_lr if c.head_lr is not None else 20 * c.lr
     head_params = list(mod.head.parameters())
     enc_params = [p for p in mod.encoder.parameters() if p.requires_grad]
     no_decay = [p for p in enc_params if p.ndim < 2]
     decay = [p for p in enc_params if p.ndim >= 2]
     opt = torch.optim.AdamW([
-        {"params": decay, "lr": lr, "weight_decay": weight_decay},
-        {"params": no_decay, "lr": lr, "weight_decay": 0.0},
-        {"params": head_params, "lr": head_lr, "weight_decay": weight_decay},
+        {"params": decay, "lr": c.lr, "weight_decay": c.weight_decay},
+        {"params": no_decay, "lr": c.lr, "weight_decay": 0.0},
+        {"params": head_params, "lr": head_lr, "weight_decay": c.weight_decay},
     ])
-    pairs_per_epoch = sum(len(m.terms) * pos_repeat + n_hard + n_random for m in train)
-    total = epochs * math.ceil(pairs_per_epoch / batch_size)
-    if max_steps is not None:
-        total = min(total, max_steps)
-    sched = get_linear_schedule_with_warmup(opt, int(warmup * total), max(total, 1))
+    pairs_per_epoch = sum(len(m.terms) * c.pos_repeat + c.n_hard + c.n_random for m in train)
+    total = c.epochs * math.ceil(pairs_per_epoch / c.batch_size)
+    if c.max_steps is not None:
+        total = min(total, c.max_steps)
+    sched = get_linear_schedule_with_warmup(opt, int(c.warmup * total), max(total, 1))
     loss_fn = nn.BCEWithLogitsLoss()
-    adv = FGM(emb, fgm_epsilon) if fgm else None
+    adv = FGM(emb, c.fgm_epsilon) if c.fgm else None
     use_scaler = model.device.type == "cuda" and not torch.cuda.is_bf16_supported()
     scaler = torch.amp.GradScaler("cuda") if use_scaler else None
 
@@ -179,17 +203,17 @@ def train_ranker(model: RankerModel, vocab: Vocabulary, train: Sequence[Labelled
     history = {"loss": [], "adv_loss": [], "val_top1": [], "pairs_per_epoch": 0, "steps": 0}
     step = 0
     stop = False
-    for epoch in range(epochs):
+    for epoch in range(c.epochs):
         mod.train()
-        pairs = build_pairs(train, train_cands, names, n_hard=n_hard, n_random=n_random,
-                            pos_repeat=pos_repeat, rng=rng)
+        pairs = build_pairs(train, train_cands, names, n_hard=c.n_hard, n_random=c.n_random,
+                            pos_repeat=c.pos_repeat, rng=rng)
         history["pairs_per_epoch"] = len(pairs)
-        if bucket_by_length:
-            batches = length_bucketed_batches([len(a) + len(b) for a, b, _ in pairs], batch_size, rng)
+        if c.bucket_by_length:
+            batches = length_bucketed_batches([len(a) + len(b) for a, b, _ in pairs], c.batch_size, rng)
         else:
             order = rng.permutation(len(pairs))
-            batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
-        bar = tqdm(batches, desc=f"rank epoch {epoch + 1}/{epochs}", disable=not progress)
+            batches = [order[i:i + c.batch_size] for i in range(0, len(order), c.batch_size)]
+        bar = tqdm(batches, desc=f"rank epoch {epoch + 1}/{c.epochs}", disable=not c.progress)
         ep_loss = []
         for idx in bar:
             batch = model.encode_pairs([pairs[i][0] for i in idx], [pairs[i][1] for i in idx])
@@ -219,10 +243,10 @@ def train_ranker(model: RankerModel, vocab: Vocabulary, train: Sequence[Labelled
             opt.zero_grad(set_to_none=True)
             ep_loss.append(loss)
             step += 1
-            if progress:
+            if c.progress:
                 bar.set_postfix(loss=f"{np.mean(ep_loss[-50:]):.4f}")
-            if (max_steps is not None and step >= max_steps) or \
-                    (time_budget_s is not None and time.perf_counter() - t_start > time_budget_s):
+            if (c.max_steps is not None and step >= c.max_steps) or \
+                    (c.time_budget_s is not None and time.perf_counter() - t_start > c.time_budget_s):
                 stop = True
                 break
         bar.close()
@@ -405,18 +429,19 @@ def main(argv: list[str] | None = None) -> int:
     fn = (tfidf_candidates_fn(vocab, args.k) if args.candidates == "tfidf"
           else recall_candidates_fn(vocab, k=args.k))
 
+    config = RankerTrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, head_lr=args.head_lr,
+                               n_hard=args.n_hard, n_random=args.n_random, pos_repeat=args.pos_repeat, fgm=args.fgm,
+                               freeze_embeddings=not args.train_embeddings, freeze_layers=args.freeze_layers,
+                               bucket_by_length=args.bucket,
+                               time_budget_s=args.time_budget_min * 60 if args.time_budget_min else None,
+                               seed=args.seed, progress=not args.quiet)
+
     def train_one(mentions, out: Path) -> None:
         model = RankerModel.from_encoder(encoder_dir, tagger, slots=tuple(args.slots.split(",")),
                                          keyword_attention=kw_att, max_length=args.max_length,
                                          num_layers=args.layers, seed=args.seed)
         # per-epoch validation only helps with several epochs; the final one is evaluate_on_val's
-        hist = train_ranker(model, vocab, mentions, fn, val=val if args.epochs > 1 else None, epochs=args.epochs,
-                            batch_size=args.batch_size,
-                            lr=args.lr, head_lr=args.head_lr, n_hard=args.n_hard, n_random=args.n_random,
-                            pos_repeat=args.pos_repeat, fgm=args.fgm, freeze_embeddings=not args.train_embeddings,
-                            freeze_layers=args.freeze_layers, bucket_by_length=args.bucket,
-                            time_budget_s=args.time_budget_min * 60 if args.time_budget_min else None,
-                            seed=args.seed, progress=not args.quiet)
+        hist = train_ranker(model, vocab, mentions, fn, config, val=val if args.epochs > 1 else None)
         model.save(out)
         report = {"train_mentions": len(mentions), "history": hist, "keyword_attention": kw_att,
                   "layers": model.module.encoder.config.num_hidden_layers}
