@@ -12,8 +12,8 @@ from __future__ import annotations
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
+from db.accounts import audit, get_or_create_user
 from db.models import ABBREVIATION_SOURCES, NAME_LEN, Abbreviation, User, Vocabulary
-from db.services import _audit, _user
 
 ABBREVIATION_LEN = 100  # the column's length (db.models.Abbreviation.abbreviation)
 
@@ -48,13 +48,13 @@ def add_abbreviation(s: Session, vocabulary_id: int | None, abbreviation: str, e
                                           func.lower(Abbreviation.abbreviation) == abbreviation.lower())
     if s.scalar(known.limit(1)) is not None:
         return False
-    user = _user(s, username)
+    user = get_or_create_user(s, username)
     row = Abbreviation(vocabulary_id=vocabulary_id, abbreviation=abbreviation, expansion=expansion, source=source,
                        added_by_id=user.id)
     s.add(row)
     s.flush()
-    _audit(s, user, "add_abbreviation", "abbreviation", row.id,
-           {"vocabulary_id": vocabulary_id, "abbreviation": abbreviation, "expansion": expansion, "source": source})
+    audit(s, user, "add_abbreviation", "abbreviation", row.id,
+          {"vocabulary_id": vocabulary_id, "abbreviation": abbreviation, "expansion": expansion, "source": source})
     s.commit()
     return True
 
@@ -62,7 +62,7 @@ def add_abbreviation(s: Session, vocabulary_id: int | None, abbreviation: str, e
 def import_list(s: Session, vocabulary_id: int | None, pairs, username: str) -> int:
     """Store an abbreviation list file's pairs (source ``list``) in one transaction; returns how many were new."""
     have = {(a.lower(), e) for a, e in abbreviations(s, vocabulary_id)}
-    user = _user(s, username)
+    user = get_or_create_user(s, username)
     new = []
     for abbreviation, expansion in pairs:
         abbreviation, expansion = str(abbreviation).strip(), str(expansion).strip()
@@ -73,7 +73,7 @@ def import_list(s: Session, vocabulary_id: int | None, pairs, username: str) -> 
                                     source="list", added_by_id=user.id))
     s.add_all(new)
     if new:
-        _audit(s, user, "import_abbreviations", "vocabulary", vocabulary_id, {"n": len(new)})
+        audit(s, user, "import_abbreviations", "vocabulary", vocabulary_id, {"n": len(new)})
     s.commit()
     return len(new)
 

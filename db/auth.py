@@ -39,7 +39,7 @@ import bcrypt
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from db import services
+from db import accounts, services
 from db.models import ROLES, AuditLog, User, UserSession, utcnow
 from termnorm import settings
 
@@ -201,7 +201,7 @@ def authenticate(s: Session, username: str, password: str) -> dict | None:
     if _recent_failures(s, (username or "").strip()) >= MAX_FAILURES:
         reason = "locked: too many failed sign-ins"
     if reason is None:
-        services._audit(s, u, "sign_in", "user", u.id, {})
+        accounts.audit(s, u, "sign_in", "user", u.id, {})
         s.commit()
         return _user_dict(u)
     # the attempted name is kept (it may be a typo of a real one) but never the password
@@ -223,7 +223,7 @@ def record_sign_out(s: Session, username: str, token: str | None = None) -> None
     if u is not None:
         if token:
             revoke_session(s, token, commit=False)
-        services._audit(s, u, "sign_out", "user", u.id, {})
+        accounts.audit(s, u, "sign_out", "user", u.id, {})
         s.commit()
 
 
@@ -318,7 +318,7 @@ def create_user(s: Session, acting_user: str, username: str, password: str, role
         s.add(u)
     u.role, u.password_hash = role, digest
     s.flush()
-    services._audit(s, actor, "create_user", "user", u.id, {"username": username, "role": role})
+    accounts.audit(s, actor, "create_user", "user", u.id, {"username": username, "role": role})
     s.commit()
     return _user_dict(u)
 
@@ -342,7 +342,7 @@ def set_role(s: Session, acting_user: str, username: str, role: str) -> dict:
     if role != "admin":
         _last_admin_guard(s, u)
     old, u.role = u.role, role
-    services._audit(s, actor, "set_role", "user", u.id, {"username": u.username, "from": old, "to": role})
+    accounts.audit(s, actor, "set_role", "user", u.id, {"username": u.username, "from": old, "to": role})
     s.commit()
     return _user_dict(u)
 
@@ -360,7 +360,7 @@ def set_password(s: Session, acting_user: str, username: str, password: str,
     else:
         actor = require(s, acting_user, "admin")
     u.password_hash = hash_password(password)
-    services._audit(s, actor, "set_password", "user", u.id, {"username": u.username})
+    accounts.audit(s, actor, "set_password", "user", u.id, {"username": u.username})
     s.commit()
 
 
@@ -375,7 +375,7 @@ def set_disabled(s: Session, acting_user: str, username: str, disabled: bool = T
         u.disabled_at = u.disabled_at or utcnow()
     else:
         u.disabled_at = None
-    services._audit(s, actor, "disable" if disabled else "enable", "user", u.id, {"username": u.username})
+    accounts.audit(s, actor, "disable" if disabled else "enable", "user", u.id, {"username": u.username})
     s.commit()
     return _user_dict(u)
 

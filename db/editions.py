@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 
-from db import auth, services
+from db import accounts, auth, services
 from db.models import Batch, Decision, Mention, Synonym, Term, Vocabulary as VocabularyRow, VocabularyEdition
 from termnorm.vocabulary import Vocabulary
 
@@ -126,9 +126,9 @@ def import_edition(s: Session, vocabulary_id: int, vocab: Vocabulary, label: str
         row.edition = number
         row.source = source_file or row.source
         s.flush()
-        services._audit(s, user, "import_edition", "vocabulary", vocabulary_id,
-                        {"edition": number, "label": ed.label, "source_file": source_file, **summary,
-                         "rereview_decisions": [d.id for d, _, _ in reasons][:DIFF_LIST_LIMIT]})
+        accounts.audit(s, user, "import_edition", "vocabulary", vocabulary_id,
+                       {"edition": number, "label": ed.label, "source_file": source_file, **summary,
+                        "rereview_decisions": [d.id for d, _, _ in reasons][:DIFF_LIST_LIMIT]})
         s.commit()
     except BaseException:
         s.rollback()

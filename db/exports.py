@@ -2,7 +2,7 @@
 
 * ``csv`` / ``xlsx`` -- every column, list cells joined by ``##``; every text
   cell that a spreadsheet would run as a formula gets a leading ``'``
-  (``db.io.neutralise_formula``, OWASP "CSV injection"; the importer takes it
+  (``db.imports.neutralise_formula``, OWASP "CSV injection"; the importer takes it
   off again) and no XLSX cell is ever stored as a formula or an error value;
 * ``jsonl`` -- one JSON object per decision, lists kept;
 * ``chip-cdn`` -- ``[{"text", "normalized_result": "a##b"}]``: a training-data
@@ -37,7 +37,7 @@ from openpyxl.cell.cell import ILLEGAL_CHARACTERS_RE
 from sqlalchemy.orm import Session
 
 from db import services
-from db.io import neutralise_formula
+from db.imports import neutralise_formula
 from db.models import Batch
 
 # format -> (file suffix, MIME type)
@@ -156,7 +156,7 @@ def _export(df: pd.DataFrame, fmt: str, *, title: str, map_id: str, sheet: str =
 
 # ---------------------------------------------------------------- csv / xlsx
 def spreadsheet_rows(df: pd.DataFrame, xlsx: bool = False) -> list[list]:
-    """The frame's rows as plain cell values: lists joined by ``##``, text neutralised (db.io.neutralise_formula),
+    """The frame's rows as plain cell values: lists joined by ``##``, text neutralised (db.imports.neutralise_formula),
     missing values None, times naive UTC (spreadsheets have no time zones); ``xlsx``: text as XLSX keeps it
     (:func:`_xml_text`)."""
     return [[_spreadsheet_cell(v, xlsx) for v in row] for row in df.itertuples(index=False, name=None)]

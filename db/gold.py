@@ -39,7 +39,7 @@ import pandas as pd
 from sqlalchemy import and_, func, select, update
 from sqlalchemy.orm import Session
 
-from db import auth, services
+from db import accounts, auth, decisions, vocabularies
 from db import exports
 from db.models import (
     GOLD_MODES,
@@ -71,11 +71,11 @@ def _task(s: Session, task_id: int) -> GoldTask:
 
 
 def _clean_terms(terms) -> list[str]:
-    return services._clean_terms(terms)
+    return decisions.clean_terms(terms)
 
 
 def _check_terms(s: Session, task: GoldTask, terms: list[str]) -> None:
-    known = services._term_ids(s, task.batch.vocabulary_id, terms)
+    known = vocabularies.term_ids(s, task.batch.vocabulary_id, terms)
     unknown = [t for t in terms if t not in known]
     if unknown:
         raise ValueError(f"not terms of the task's vocabulary: {', '.join(unknown)}")
@@ -101,7 +101,7 @@ def _label(s: Session, task_id: int, mention_id: int) -> GoldLabel | None:
 
 def _audit(s: Session, user: User | None, action: str, object_type: str, object_id: int | None,
            details: dict) -> None:
-    services._audit(s, user, action, object_type, object_id, details)
+    accounts.audit(s, user, action, object_type, object_id, details)
 
 
 # ================================================================ tasks (lead)

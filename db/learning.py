@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from db import auth, services
+from db import accounts, auth, services
 from db.models import SPLITS, Batch, Decision, Mention
 from termnorm.text.normalize import normalize
 
@@ -157,9 +157,9 @@ def assign_split(s: Session, vocabulary_id: int, share: float, seed: int, userna
     _write_sides(s, sides)
     _store_settings(s, vocabulary_id, share, seed, user.username)
     after = split_summary(s, vocabulary_id)
-    services._audit(s, user, "set_eval_split", "vocabulary", vocabulary_id,
-                    {"old": {k: before[k] for k in ("share", "seed", TRAIN, EVAL)},
-                     "new": {k: after[k] for k in ("share", "seed", TRAIN, EVAL)}})
+    accounts.audit(s, user, "set_eval_split", "vocabulary", vocabulary_id,
+                   {"old": {k: before[k] for k in ("share", "seed", TRAIN, EVAL)},
+                    "new": {k: after[k] for k in ("share", "seed", TRAIN, EVAL)}})
     s.commit()
     return after
 
@@ -243,7 +243,7 @@ def set_pipeline_settings(s: Session, vocabulary_id: int, settings: dict, userna
         raise ValueError(f"unknown pipeline setting {sorted(unknown)[0]!r}; expected {', '.join(PIPELINE_DEFAULTS)}")
     value = dict(pipeline_settings(s, vocabulary_id), **settings)
     services.put_setting(s, PIPELINE_KEY.format(vocabulary_id), value)
-    services._audit(s, user, "set_pipeline_settings", "vocabulary", vocabulary_id, {"settings": value})
+    accounts.audit(s, user, "set_pipeline_settings", "vocabulary", vocabulary_id, {"settings": value})
     s.commit()
 
 

@@ -19,7 +19,7 @@ import pandas as pd
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from db import auth, serving, services
+from db import accounts, auth, serving, services
 from db.models import REVIEW_STATUSES, Decision, Mention, utcnow
 
 SELF_APPROVAL = "allow_self_approval"
@@ -40,7 +40,7 @@ def set_setting(s: Session, key: str, value, username: str) -> None:
     user = auth.require(s, username, "admin")
     old = services.get_setting(s, key)
     services.put_setting(s, key, value)
-    services._audit(s, user, "set_setting", "app_setting", None, {"key": key, "old": old, "new": value})
+    accounts.audit(s, user, "set_setting", "app_setting", None, {"key": key, "old": old, "new": value})
     s.commit()
 
 
@@ -92,8 +92,8 @@ def approve(s: Session, decision_ids: Iterable[int], username: str, note: str = 
         else:
             d.review_status, d.reviewed_by_id, d.reviewed_at, d.review_note = "approved", lead.id, now, note.strip()
             approved.append(d.id)
-    services._audit(s, lead, "approve", "decision", None,
-                    {"approved": approved, "refused": [list(r) for r in refused], "note": note.strip()})
+    accounts.audit(s, lead, "approve", "decision", None,
+                   {"approved": approved, "refused": [list(r) for r in refused], "note": note.strip()})
     s.commit()
     return {"approved": approved, "refused": refused}
 
@@ -120,8 +120,8 @@ def send_back(s: Session, decision_ids: Iterable[int], username: str, note: str)
     # the engines learnt these decisions (sieve, history recall) and cannot unlearn them: rebuild them
     for vid in {s.get(Mention, d.mention_id).batch.vocabulary_id for d in _decisions(s, sent, [])}:
         serving.bump_history_epoch(s, vid)
-    services._audit(s, lead, "send_back", "decision", None,
-                    {"sent_back": sent, "refused": [list(r) for r in refused], "note": note})
+    accounts.audit(s, lead, "send_back", "decision", None,
+                   {"sent_back": sent, "refused": [list(r) for r in refused], "note": note})
     s.commit()
     return {"sent_back": sent, "refused": refused}
 

@@ -37,6 +37,7 @@ from sqlalchemy import JSON, Column, MetaData, Table, Text, bindparam, case, fun
 from db import serving, services
 from db.models import Batch, Mention, SuggestionCandidate, utcnow
 from db.models import Suggestion as SuggestionRow
+from db.suggestions import suggestion_values
 from termnorm.jobs import JobBusy, JobRunner, lock_key
 
 PRECOMPUTE, RESCORE, SCORE = "precompute", "rescore", "score"
@@ -233,16 +234,16 @@ _JSON = {c.name for t in (SuggestionRow.__table__, SuggestionCandidate.__table__
 
 
 def _encoded(values: dict) -> dict:
-    # the database's own JSON encoding (services._make_engine): readable Chinese, numpy floats made plain
+    # the database's own JSON encoding (db.store's engine): readable Chinese, numpy floats made plain
     return {k: json.dumps(v, ensure_ascii=False) if k in _JSON else v for k, v in values.items()}
 
 
 class _Rows:
-    """The rows ``services.store_suggestions`` writes for some mentions (its ``_suggestion_values``),
+    """The rows ``services.store_suggestions`` writes for some mentions (its ``db.suggestions.suggestion_values``),
     encoded before the write transaction; :meth:`insert` writes those of the mentions still to do."""
 
     def __init__(self, ids, suggestions, edition):
-        built = [(int(m), g, services._suggestion_values(int(m), g, edition)) for m, g in zip(ids, suggestions)]
+        built = [(int(m), g, suggestion_values(int(m), g, edition)) for m, g in zip(ids, suggestions)]
         self.rows = [(m, float(g.confidence), _encoded(row), [_encoded(c) for c in cands])
                      for m, g, (row, cands) in built]
 

@@ -12,7 +12,7 @@ the model version again.
 
 import streamlit as st
 
-from db import serving, services
+from db import auto_coding, serving, services
 from pages import _ui
 from termnorm import active
 
@@ -77,7 +77,7 @@ else:
 def on_auto_code(batch_id: int, threshold: float, share: float) -> None:
     try:
         with _ui.session() as s:
-            out = active.auto_code_with_audit(s, batch_id, threshold, ctx.username, share, model_version=version)
+            out = auto_coding.auto_code_with_audit(s, batch_id, threshold, ctx.username, share, model_version=version)
     except (PermissionError, ValueError, KeyError) as e:
         _ui.flash("error", f"Nothing auto-coded: {e}")
         return
@@ -130,8 +130,8 @@ def audit_report(label: str, res: dict) -> None:
 
 st.markdown("#### Audit")
 with _ui.session() as s:
-    everywhere = active.audit_results(s, model_version=version)
-    here = active.audit_results(s, ctx.batch_id, model_version=version) if ctx.batch_id is not None else None
+    everywhere = auto_coding.audit_results(s, model_version=version)
+    here = auto_coding.audit_results(s, ctx.batch_id, model_version=version) if ctx.batch_id is not None else None
 if here is not None:
     audit_report("This batch", here)
 audit_report(f"Every batch auto-coded by {version}", everywhere)

@@ -48,7 +48,7 @@ def on_import() -> None:
         _ui.flash("error", "Choose a file first.")
         return
     name = (st.session_state.get("batch_name") or "").strip() or Path(up.name).stem
-    # the upload goes in as is (db.io reads Streamlit's UploadedFile): every problem names the original file
+    # the upload goes in as is (db.imports reads Streamlit's UploadedFile): every problem names the original file
     with _ui.session() as s:
         report = services.import_mentions(s, up, name, ctx.vocabulary_id, username=ctx.username)
     st.session_state["import_report"] = report

@@ -15,11 +15,13 @@
   right of 50 (98%) is compatible with 89%.
 * **Audit sample**: a random share (default 10%) of auto-coded mentions goes
   back to the coders' queue, so the auto-coded precision keeps being
-  measured on real traffic (:func:`audit_results`, with the same interval).
+  measured on real traffic (with the same interval).
 
-The pure functions need nothing but Suggestions; the two database functions
-(:func:`auto_code_with_audit`, :func:`audit_results`) use db.services and the
-existing tables, imported lazily (the engine itself never imports db/).
+Everything here is pure: it needs nothing but Suggestions and numbers. The
+database side -- auto-coding a batch with an audit sample
+(``db.auto_coding.auto_code_with_audit``) and the precision the audit measures
+(``db.auto_coding.audit_results``) -- lives in ``db/`` (the engine never
+imports it).
 """
 
 from __future__ import annotations
@@ -209,87 +211,3 @@ def audit_sample(ids: Sequence[int], share: float = AUDIT_SHARE, seed: int | Non
     pick = set(rng.choice(len(ids), size=k, replace=False).tolist())
     return [x for i, x in enumerate(ids) if i in pick]
 
-
-# ------------------------------------------------------------------------------------- database side
-AUDIT_ACTION = "audit_sample"
-#: Audited mention ids per query of :func:`audit_results` (SQLite allows 32,766 bound parameters).
-_ID_CHUNK = 10_000
-
-
-def auto_code_with_audit(s, batch_id: int, min_confidence: float, username: str, audit_share: float = AUDIT_SHARE,
-                         seed: int | None = None, *, model_version: str) -> dict:
-    """Auto-code the batch (db.services.auto_code: a lead, the serving ``model_version`` only) and send a random
-    audit share back to the coders, in one transaction.
-
-    The audited mentions keep their ``auto`` decision (so the audit can
-    compare it with the coder's answer) but get status ``suggested`` again, so
-    they reappear in every coder's queue; the next coder decision supersedes the
-    auto one. An audit-log entry lists them. Returns auto_code's counts plus
-    ``audit`` (mention ids) and ``kept`` (auto-coded and not audited).
-    """
-    from sqlalchemy import select
-
-    from db import auth, services
-    from db.models import AuditLog, Mention
-
-    # one commit for both: a crash in between would leave auto-codes that no audit ever samples
-    res = services.auto_code(s, batch_id, min_confidence, username, model_version=model_version, commit=False)
-    audit = audit_sample(res["mention_ids"], audit_share, seed)
-    if audit:
-        user = auth.require(s, username, "lead")
-        for m in s.scalars(select(Mention).where(Mention.id.in_(audit))):
-            m.status = "suggested"
-        s.add(AuditLog(user_id=user.id, username=user.username, action=AUDIT_ACTION, object_type="batch",
-                       object_id=batch_id, details={"mention_ids": audit, "share": float(audit_share),
-                                                    "min_confidence": float(min_confidence),
-                                                    "model_version": model_version,
-                                                    "auto_coded": res["auto_coded"]}))
-    s.commit()
-    return {**res, "audit": audit, "kept": res["auto_coded"] - len(audit)}
-
-
-def _audit_verdict(decisions: list, model_version: str | None) -> str:
-    """One audited mention's outcome from its decisions (oldest first): ``other`` (its last auto-code is not of
-    ``model_version``), ``open`` (no coder has re-decided it), else ``agreed`` / ``disagreed``: whether the
-    coder's latest answer (accept / correct / reject) kept exactly the auto-coded terms."""
-    auto = next((d for d in reversed(decisions) if d.action == "auto"), None)
-    if auto is None or (model_version is not None and auto.model_version != model_version):
-        return "other"
-    later = [d for d in decisions if d.id > auto.id and d.action in ("accept", "correct", "reject")]
-    if not later:
-        return "open"
-    kept = later[-1].action != "reject" and set(later[-1].terms) == set(auto.terms)
-    return "agreed" if kept else "disagreed"
-
-
-def audit_results(s, batch_id: int | None = None, model_version: str | None = None,
-                  level: float = CONFIDENCE_LEVEL) -> dict:
-    """Precision of auto-coding measured by the audit: of audited mentions a coder has since decided, how
-    many kept exactly the auto-coded terms, with its Clopper-Pearson interval (:func:`precision_interval`).
-
-    ``model_version``: only mentions auto-coded by that version (another version's audit says nothing about
-    this one). Two queries: the audit-log entries, then the audited mentions' decisions. Returns
-    ``{"audited", "decided", "agreed", "precision", "lower", "upper", "level"}`` (None without a decided one).
-    """
-    from sqlalchemy import select
-
-    from db.models import AuditLog, Decision
-
-    q = select(AuditLog.details).where(AuditLog.action == AUDIT_ACTION)
-    if batch_id is not None:
-        q = q.where(AuditLog.object_type == "batch", AuditLog.object_id == batch_id)
-    ids = sorted({int(i) for det in s.scalars(q) for i in (det or {}).get("mention_ids", [])})
-    by_mention: dict[int, list] = {}
-    for k in range(0, len(ids), _ID_CHUNK):
-        rows = s.execute(select(Decision.mention_id, Decision.id, Decision.action, Decision.terms,
-                                Decision.model_version)
-                         .where(Decision.mention_id.in_(ids[k:k + _ID_CHUNK])).order_by(Decision.id))
-        for r in rows:
-            by_mention.setdefault(r.mention_id, []).append(r)
-    verdicts = [_audit_verdict(by_mention.get(mid, []), model_version) for mid in ids]
-    audited = sum(v != "other" for v in verdicts)
-    decided = sum(v in ("agreed", "disagreed") for v in verdicts)
-    agreed = verdicts.count("agreed")
-    lower, upper = precision_interval(agreed, decided, level) if decided else (None, None)
-    return {"audited": audited, "decided": decided, "agreed": agreed,
-            "precision": agreed / decided if decided else None, "lower": lower, "upper": upper, "level": level}

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import binom, binomtest
 
+from db import auto_coding
 from db import services as S
 from termnorm import active as A
 from termnorm.engine import demo_vocabulary
@@ -146,7 +147,7 @@ def test_auto_code_with_audit_routes_a_share_back_to_coders(url, fast_bcrypt):
         sugs = [Suggestion(f"mention {i}", [Candidate(vocab.index(n), n, 0.9 - 0.1 * j) for j, n in enumerate(names)],
                            1, [names[0]], 0.99 if i < 10 else 0.5, model_version="demo-v1") for i in range(20)]
         S.store_suggestions(s, ids, sugs)
-        out = A.auto_code_with_audit(s, bid, 0.9, "lead", audit_share=0.2, seed=0, model_version="demo-v1")
+        out = auto_coding.auto_code_with_audit(s, bid, 0.9, "lead", audit_share=0.2, seed=0, model_version="demo-v1")
         assert out["auto_coded"] == 10 and len(out["audit"]) == 2 and out["kept"] == 8
         assert (out["below_threshold"], out["skipped_version"]) == (10, 0)
         assert set(out["audit"]) <= set(ids[:10])
@@ -158,9 +159,9 @@ def test_auto_code_with_audit_routes_a_share_back_to_coders(url, fast_bcrypt):
         assert S.next_mention(s, bid, "coder")["id"] == min(out["audit"])
         S.record_decision(s, out["audit"][0], "coder", "accept")  # agrees with the auto-code
         S.record_decision(s, out["audit"][1], "coder", "correct", [names[1]])  # disagrees
-        res = A.audit_results(s, bid)
+        res = auto_coding.audit_results(s, bid)
         assert {k: res[k] for k in ("audited", "decided", "agreed", "precision")} == {
             "audited": 2, "decided": 2, "agreed": 1, "precision": 0.5}
         # 1 of 2, by hand: P(X >= 1 | p) = 1 - (1 - p)**2 = 0.025 at the lower end, symmetric at the upper
         assert res["lower"] == pytest.approx(1 - 0.975 ** 0.5) and res["upper"] == pytest.approx(0.975 ** 0.5)
-        assert A.audit_results(s, bid, model_version="demo-v0")["audited"] == 0  # another version's audit
+        assert auto_coding.audit_results(s, bid, model_version="demo-v0")["audited"] == 0  # another version's audit

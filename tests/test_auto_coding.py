@@ -14,9 +14,8 @@ from scipy.stats import binomtest
 from sqlalchemy import func, select, update
 from streamlit.testing.v1 import AppTest
 
-from db import auth, services, serving
+from db import auth, auto_coding, services, serving
 from db.models import AuditLog, Decision, Term
-from termnorm import active
 from termnorm.engine import Engine, demo_mentions, demo_vocabulary
 from termnorm.records import Candidate, Suggestion
 from termnorm.registry import Registry
@@ -78,10 +77,10 @@ def test_auto_coding_as_a_coder_is_refused_and_writes_nothing(team):
             with pytest.raises(PermissionError):
                 services.auto_code(s, team["bid"], 0.5, who, model_version=SERVING)
             with pytest.raises(PermissionError):
-                active.auto_code_with_audit(s, team["bid"], 0.5, who, model_version=SERVING)
+                auto_coding.auto_code_with_audit(s, team["bid"], 0.5, who, model_version=SERVING)
     assert states(url, ids) == before == [("suggested", None)] * len(ids)
     assert n_rows(url, Decision) == 0
-    assert n_rows(url, AuditLog, AuditLog.action.in_(("auto_code", active.AUDIT_ACTION))) == 0
+    assert n_rows(url, AuditLog, AuditLog.action.in_(("auto_code", auto_coding.AUDIT_ACTION))) == 0
 
 
 def test_only_the_serving_versions_suggestions_are_auto_coded(team):
@@ -135,7 +134,7 @@ def test_the_audit_share_goes_back_to_coders_and_measures_precision(team):
     url, ids, names, bid = team["url"], team["ids"], team["names"], team["bid"]
     store(url, ids, SERVING, 0.99, names[:1])
     with services.session_scope(url) as s:
-        out = active.auto_code_with_audit(s, bid, 0.9, "lead1", audit_share=5 / 12, seed=2, model_version=SERVING)
+        out = auto_coding.auto_code_with_audit(s, bid, 0.9, "lead1", audit_share=5 / 12, seed=2, model_version=SERVING)
     audit = out["audit"]
     assert (out["auto_coded"], len(audit), out["kept"]) == (12, 5, 7)
     assert [st for i, st in zip(ids, states(url, ids)) if i in audit] == [("suggested", "auto")] * 5
@@ -143,7 +142,7 @@ def test_the_audit_share_goes_back_to_coders_and_measures_precision(team):
         # a second run leaves the audit sample to the coders
         again = services.auto_code(s, bid, 0.9, "lead1", model_version=SERVING)
         assert (again["auto_coded"], again["awaiting_audit"]) == (0, 5)
-        assert active.audit_results(s, bid)["decided"] == 0
+        assert auto_coding.audit_results(s, bid)["decided"] == 0
         served = []
         for k in range(5):  # the coder meets exactly the audit sample in the queue
             m = services.next_mention(s, bid, "coder1")
@@ -153,8 +152,8 @@ def test_the_audit_share_goes_back_to_coders_and_measures_precision(team):
             else:
                 services.record_decision(s, m["id"], "coder1", "correct", [names[2]])
         assert sorted(served) == sorted(audit) and services.next_mention(s, bid, "coder1") is None
-        res = active.audit_results(s, bid, model_version=SERVING)
-        assert active.audit_results(s, bid, model_version=RETIRED)["audited"] == 0
+        res = auto_coding.audit_results(s, bid, model_version=SERVING)
+        assert auto_coding.audit_results(s, bid, model_version=RETIRED)["audited"] == 0
     ci = binomtest(4, 5).proportion_ci(0.95, method="exact")
     assert {k: res[k] for k in ("audited", "decided", "agreed", "precision")} == {
         "audited": 5, "decided": 5, "agreed": 4, "precision": 0.8}

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, func, inspect, select, text, update
 
+from db import decisions as D
 from db import models as M
 from db import services as S
 from termnorm.records import Candidate, KeywordSpan, LabelledMention, Suggestion
@@ -270,7 +271,7 @@ def test_repeated_decision_latest_wins_and_history_is_kept(setup):
 def test_decision_is_atomic(setup, monkeypatch):
     url, mid = setup["url"], setup["ids"][0]
 
-    real_audit = S._audit
+    real_audit = D.audit
 
     def broken_audit(s, user, action, *a, **k):
         # fail at the very end of record_decision: the decision and its pairs are already flushed
@@ -279,7 +280,7 @@ def test_decision_is_atomic(setup, monkeypatch):
         return real_audit(s, user, action, *a, **k)
 
     with S.session_scope(url) as s:
-        monkeypatch.setattr(S, "_audit", broken_audit)
+        monkeypatch.setattr(D, "audit", broken_audit)
         with pytest.raises(RuntimeError):
             S.record_decision(s, mid, "carol", "correct", [FAMILY[3]])
         monkeypatch.undo()

@@ -20,7 +20,7 @@ from sqlalchemy import update
 from streamlit.testing.v1 import AppTest
 
 from db import editions, exports, review
-from db import io as dbio
+from db import imports as dbio
 from db import services as S
 from db.models import Decision
 from termnorm.vocabulary import Vocabulary

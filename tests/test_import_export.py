@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from sqlalchemy import update
 
-from db import io as dbio
+from db import imports as dbio
 from db.models import Term
 from db import services as S
 from termnorm.vocabulary import Vocabulary

@@ -15,7 +15,7 @@ import pytest
 from helpers import wait_for
 from sqlalchemy import func, select
 
-from db import serving, services, suggest_jobs
+from db import serving, services, suggest_jobs, suggestions
 from db.models import Suggestion as SuggestionRow
 from termnorm.engine import demo_mentions
 from termnorm.jobs import FINAL, JobBusy, JobRunner
@@ -63,7 +63,7 @@ def latest_rows(url, batch_id) -> dict[int, tuple]:
         out = {}
         for m in services.mentions(s, batch_id):
             n = s.scalar(select(func.count()).where(SuggestionRow.mention_id == m["id"]))
-            row = services._latest_suggestion_row(s, m["id"])
+            row = suggestions.latest_suggestion_row(s, m["id"])
             out[m["id"]] = (row.model_version, row.edition, n) if row else (None, None, 0)
         return out
 

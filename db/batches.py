@@ -1,0 +1,246 @@
+"""Batches of mentions and the coders' queue: creating and importing batches, their progress, the mentions,
+and :func:`next_mention`, which serves and claims the next mention for a coder (:func:`claimed_by_others`
+counts the mentions on colleagues' screens).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta, timezone
+
+from sqlalchemy import case, func, insert, select, update
+from sqlalchemy.orm import Session
+
+from db import imports as dbio
+from db.accounts import audit, get_or_create_user
+from db.models import Batch, Decision, Mention, Term, User, Vocabulary as VocabularyRow, utcnow
+from termnorm.errors import DataFormatError
+from termnorm.records import LabelledMention
+
+# How long a mention served to one coder is kept from the others (next_mention); a decision ends it sooner.
+CLAIM_MINUTES = 15
+
+FINAL_STATUSES = ("decided", "auto_coded")  # counted as done by batch_progress / batches
+OPEN_STATUSES = ("new", "suggested")  # the review queue proper
+# mentions whose decision needs another look (retired / re-coded term, sent back by a lead): served first
+REREVIEW = "rereview"
+
+ORDERS = ("file", "uncertainty")
+
+
+# ================================================================ batches / mentions
+def create_batch(s: Session, name: str, vocabulary_id: int, mentions: Sequence[str | LabelledMention],
+                 username: str | None = None, source_file: str = "") -> int:
+    """A batch of mentions in the given order (``position`` 1..n); returns its id.
+
+    Items may be strings or LabelledMention (gold terms and source row kept).
+    Raises DataFormatError(source, item number, problem) on an empty or too long mention.
+    """
+    if s.get(VocabularyRow, vocabulary_id) is None:
+        raise KeyError(f"no vocabulary {vocabulary_id}")
+    items = [m if isinstance(m, LabelledMention) else LabelledMention(str(m) if m is not None else "", [])
+             for m in mentions]
+    for i, m in enumerate(items, start=1):
+        problem = dbio.validate_mention(m.text)
+        if problem:
+            raise DataFormatError(source_file or name, m.row or i, problem)
+    user = get_or_create_user(s, username) if username else None
+    b = Batch(name=name, vocabulary_id=vocabulary_id, source_file=source_file,
+              created_by_id=user.id if user else None)
+    s.add(b)
+    s.flush()
+    now = utcnow()
+    if items:
+        s.execute(insert(Mention), [
+            {"batch_id": b.id, "position": i, "text": m.text.strip(), "gold_terms": list(m.terms) or None,
+             "source_row": m.row, "status": "new", "updated_at": now}
+            for i, m in enumerate(items, start=1)])
+    if any(m.terms for m in items):  # labelled mentions take their side of the evaluation split (db.learning)
+        from db import learning  # db.learning builds on db.services: a top-level import would be a cycle
+
+        learning.assign_unassigned(s, vocabulary_id)
+    audit(s, user, "create", "batch", b.id, {"name": name, "n_mentions": len(items), "source_file": source_file})
+    s.commit()
+    return b.id
+
+
+def import_mentions(s: Session, path, batch_name: str, vocabulary_id: int,
+                    username: str | None = None) -> dbio.ImportReport:
+    """Import a CSV / XLSX / CHIP-CDN JSON file (a path or an uploaded file) as a new batch.
+
+    Bad rows are reported (file, row, problem) and skipped; good rows are
+    imported, with notices on what was cleaned and on gold terms the vocabulary
+    lacks. No batch is created when no row is good. Never raises for bad content.
+    """
+    read = dbio.read_mentions_report(path)
+    notices = sorted(read.notices + _unknown_gold_notices(s, vocabulary_id, read.file, read.good),
+                     key=lambda n: n.row or 0)
+    report = dbio.ImportReport(file=read.file, errors=read.errors, notices=notices,
+                               n_read=read.n_read, n_rejected=read.n_rejected)
+    if read.good:
+        report.batch_id = create_batch(s, batch_name, vocabulary_id, read.good, username=username,
+                                       source_file=read.file)
+        report.n_imported = len(read.good)
+    if report.errors or report.notices:
+        user = get_or_create_user(s, username) if username else None
+        audit(s, user, "import_problems", "batch", report.batch_id,
+              {"file": read.file, "n_read": report.n_read, "n_ok": report.n_imported,
+               "n_rejected": report.n_rejected, "problems": [list(e) for e in report.errors[:200]],
+               "notices": [list(n) for n in report.notices[:200]]})
+        s.commit()
+    return report
+
+
+def _unknown_gold_notices(s: Session, vocabulary_id: int, fname: str,
+                          mentions: Sequence[LabelledMention]) -> list[dbio.ImportProblem]:
+    """A notice per mention whose gold terms include names the vocabulary does not have."""
+    if not any(m.terms for m in mentions):
+        return []
+    q = select(Term.name).where(Term.vocabulary_id == vocabulary_id)
+    # a retired term is no longer an answer the engine gives (the column comes with migration 0004)
+    retired = getattr(Term, "retired_edition", None)
+    if retired is not None:
+        q = q.where(retired.is_(None))
+    names = set(s.scalars(q))
+    vocab = s.get(VocabularyRow, vocabulary_id)
+    vname = vocab.name if vocab is not None else str(vocabulary_id)
+    out = []
+    for m in mentions:
+        unknown = [t for t in m.terms if t not in names]
+        if unknown:
+            listed = ", ".join(repr(t) for t in unknown)
+            out.append(dbio.ImportProblem(fname, m.row, f"gold term{'s' if len(unknown) > 1 else ''} not in "
+                                          f"vocabulary {vname}: {listed} (kept as given; the engine cannot "
+                                          f"suggest {'them' if len(unknown) > 1 else 'it'})"))
+    return out
+
+
+def batches(s: Session, vocabulary_id: int | None = None) -> list[dict]:
+    """Batches with their size and how many mentions are done (decided or auto-coded)."""
+    counts = (select(Mention.batch_id, func.count().label("n"),
+                     func.sum(case((Mention.status.in_(FINAL_STATUSES), 1), else_=0)).label("done"))
+              .group_by(Mention.batch_id).subquery())
+    q = (select(Batch.id, Batch.name, Batch.vocabulary_id, Batch.created_at,
+                func.coalesce(counts.c.n, 0), func.coalesce(counts.c.done, 0))
+         .outerjoin(counts, counts.c.batch_id == Batch.id).order_by(Batch.id))
+    if vocabulary_id is not None:
+        q = q.where(Batch.vocabulary_id == vocabulary_id)
+    return [{"id": i, "name": n, "vocabulary_id": v, "created_at": at, "n_mentions": k, "n_done": d}
+            for i, n, v, at, k, d in s.execute(q)]
+
+
+def batch_progress(s: Session, batch_id: int) -> tuple[int, int]:
+    """(mentions decided or auto-coded, all mentions) of a batch."""
+    n, done = s.execute(select(func.count(), func.sum(case((Mention.status.in_(FINAL_STATUSES), 1), else_=0)))
+                        .where(Mention.batch_id == batch_id)).one()
+    return int(done or 0), int(n or 0)
+
+
+def _mention_dict(m: Mention) -> dict:
+    return {"id": m.id, "batch_id": m.batch_id, "position": m.position, "text": m.text, "status": m.status,
+            "gold_terms": list(m.gold_terms or []), "source_row": m.source_row, "confidence": m.confidence}
+
+
+def mention(s: Session, mention_id: int) -> dict:
+    """A mention with its batch / vocabulary, latest decision and decision history (oldest first)."""
+    m = s.get(Mention, mention_id)
+    if m is None:
+        raise KeyError(f"no mention {mention_id}")
+    out = _mention_dict(m)
+    out["vocabulary_id"] = m.batch.vocabulary_id
+    out["batch"] = m.batch.name
+    hist = s.execute(select(Decision, User.username).join(User, User.id == Decision.user_id)
+                     .where(Decision.mention_id == mention_id).order_by(Decision.id)).all()
+    out["decisions"] = [{"id": d.id, "user": u, "at": d.at, "action": d.action, "terms": list(d.terms),
+                         "codes": list(d.codes or []), "term_ids": list(d.term_ids or []),
+                         "relationship": d.relationship, "review_status": d.review_status,
+                         "review_note": d.review_note, "edition": d.edition,
+                         "comment": d.comment, "seconds": d.seconds, "model_version": d.model_version,
+                         "is_latest": d.is_latest} for d, u in hist]
+    out["decision"] = next((d for d in out["decisions"] if d["is_latest"]), None)
+    return out
+
+
+def mentions(s: Session, batch_id: int, status: str | Sequence[str] | None = None,
+             limit: int | None = None) -> list[dict]:
+    """Mentions of a batch in file order, optionally only those with the given status(es), at most ``limit``."""
+    q = select(Mention).where(Mention.batch_id == batch_id).order_by(Mention.position)
+    if status is not None:
+        q = q.where(Mention.status.in_([status] if isinstance(status, str) else list(status)))
+    if limit is not None:
+        q = q.limit(int(limit))
+    return [_mention_dict(m) for m in s.scalars(q)]
+
+
+def next_mention(s: Session, batch_id: int, username: str, order: str = "file", claim: bool = True) -> dict | None:
+    """The mention to review next, or None when the batch is finished.
+
+    Mentions sent to re-review first (their decision's term was retired or
+    re-coded by a new vocabulary edition, or a lead sent it back); then the
+    first mention in file order without a final decision (status new or
+    suggested); then the skipped ones (also in file order), so skipping never
+    loses a mention. Flagged mentions wait for a lead: they are queued (after the
+    skipped ones) only for users with role lead / admin. Because the queue is
+    derived from the committed statuses, a restarted app resumes where the
+    coder was. ``order="uncertainty"`` serves the least confident stored
+    suggestion first (active learning), unsuggested mentions last.
+
+    Coders sharing a batch get different mentions: the mention served is
+    *claimed* for ``username`` (committed), and mentions other coders claimed
+    less than :data:`CLAIM_MINUTES` ago are passed over. A coder's own claimed
+    mention comes first, so the screen does not change under them; a decision
+    releases the claim, and an abandoned screen's claim lapses. ``claim=False``
+    only looks (nothing written, other coders' claims still respected).
+    """
+    if order not in ORDERS:
+        raise ValueError(f"unknown order {order!r}; expected one of {', '.join(ORDERS)}")
+    role = s.scalar(select(User.role).where(User.username == username))
+    later = ("skipped", "flagged") if role in ("lead", "admin") else ("skipped",)
+    for _ in range(5):  # another coder may claim the same mention between our read and our write
+        now = utcnow()
+        cutoff = now - timedelta(minutes=CLAIM_MINUTES)
+        mine = (Mention.claimed_by == username) & (Mention.claimed_at >= cutoff)
+        free = Mention.claimed_by.is_(None) | (Mention.claimed_by == username) | (Mention.claimed_at < cutoff)
+        tier = case((Mention.status == REREVIEW, 0), (Mention.status.in_(OPEN_STATUSES), 1),
+                    (Mention.status == "skipped", 2), else_=3)
+        keys = [case((mine, 0), else_=1), tier]
+        if order == "uncertainty":
+            keys += [Mention.confidence.is_(None), Mention.confidence]
+        q = (select(Mention.id, Mention.text, Mention.position, Mention.status, Mention.claimed_by,
+                    Mention.claimed_at)
+             .where(Mention.batch_id == batch_id, Mention.status.in_((REREVIEW,) + OPEN_STATUSES + later), free)
+             .order_by(*keys, Mention.position).limit(1))
+        r = s.execute(q).first()
+        if r is None:
+            return None
+        out = {"id": r.id, "text": r.text, "position": r.position, "status": r.status}
+        fresh = now - timedelta(minutes=CLAIM_MINUTES / 2)
+        if not claim or (r.claimed_by == username and _aware(r.claimed_at) >= fresh):
+            return out  # looking only, or our own claim is recent: no write on every redraw
+        try:
+            won = s.execute(update(Mention).where(Mention.id == r.id, free)
+                            .values(claimed_by=username, claimed_at=now)).rowcount
+            if won:  # one claim per coder and batch: the mention left behind is free again
+                s.execute(update(Mention).where(Mention.batch_id == batch_id, Mention.id != r.id,
+                                                Mention.claimed_by == username)
+                          .values(claimed_by=None, claimed_at=None))
+            s.commit()
+        except BaseException:
+            s.rollback()
+            raise
+        if won:
+            return out
+    return None
+
+
+def _aware(t):
+    """SQLite hands timestamps back without their zone; they are stored in UTC."""
+    return t if t is None or t.tzinfo is not None else t.replace(tzinfo=timezone.utc)
+
+
+def claimed_by_others(s: Session, batch_id: int, username: str) -> int:
+    """How many open mentions of the batch other coders have on their screens now."""
+    cutoff = utcnow() - timedelta(minutes=CLAIM_MINUTES)
+    return s.scalar(select(func.count()).select_from(Mention).where(
+        Mention.batch_id == batch_id, Mention.claimed_by.is_not(None), Mention.claimed_by != username,
+        Mention.claimed_at >= cutoff, Mention.status.not_in(FINAL_STATUSES))) or 0

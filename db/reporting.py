@@ -1,0 +1,78 @@
+"""Decisions as a table (:func:`decisions_frame`, one row per mention's latest decision or every decision)
+and the export entry point (:func:`export_decisions`; the formats are ``db.exports``).
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import pandas as pd
+from sqlalchemy import select
+from sqlalchemy.orm import Session, aliased
+
+from db.models import (
+    Batch,
+    Decision,
+    Mention,
+    Suggestion as SuggestionRow,
+    User,
+    Vocabulary as VocabularyRow,
+    VocabularyEdition,
+)
+
+
+# ================================================================ reporting / export
+DECISION_COLUMNS = ["decision_id", "batch_id", "batch", "vocabulary", "mention_id", "position", "mention", "action",
+                    "terms", "codes", "term_ids", "code_system", "edition", "relationship", "review_status",
+                    "reviewed_by", "reviewed_at", "review_note", "user", "at", "seconds", "comment",
+                    "model_version", "suggested", "confidence", "gold_terms", "is_latest"]
+
+
+def code_system(name: str, system_uri: str = "") -> str:
+    """The URI naming a vocabulary's code system in exports: the one set for it, else ``urn:termnorm:vocabulary:<name>``
+    (local editions such as ICD-10 北京临床版 are not the HL7 ICD systems, so no official URI is claimed)."""
+    return system_uri or f"urn:termnorm:vocabulary:{quote(name, safe='')}"
+
+
+def decisions_frame(s: Session, batch_id: int | None = None, history: bool = False) -> pd.DataFrame:
+    """One row per mention's latest decision (``history=True``: every decision), in batch / file order.
+
+    ``terms``, ``codes`` (the code exported for each term: the one the coder
+    picked, else the term's most specific), ``term_ids``, ``suggested`` and
+    ``gold_terms`` are lists; ``code_system`` and ``edition`` (the edition's
+    label, else its number) say where the codes come from; ``relationship`` and
+    ``review_status`` are the mapping's; ``confidence`` / ``suggested`` are
+    those of the suggestion the decision answered.
+    """
+    reviewer = aliased(User)
+    q = (select(Decision, Mention, Batch.name, VocabularyRow.id, VocabularyRow.name, VocabularyRow.system_uri,
+                User.username, reviewer.username, SuggestionRow.chosen, SuggestionRow.confidence)
+         .join(Mention, Mention.id == Decision.mention_id).join(Batch, Batch.id == Mention.batch_id)
+         .join(VocabularyRow, VocabularyRow.id == Batch.vocabulary_id).join(User, User.id == Decision.user_id)
+         .outerjoin(reviewer, reviewer.id == Decision.reviewed_by_id)
+         .outerjoin(SuggestionRow, SuggestionRow.id == Decision.suggestion_id)
+         .order_by(Batch.id, Mention.position, Decision.id))
+    if batch_id is not None:
+        q = q.where(Mention.batch_id == batch_id)
+    if not history:
+        q = q.where(Decision.is_latest)
+    rows = s.execute(q).all()
+    labels = {(v, n): lab or str(n) for v, n, lab in s.execute(
+        select(VocabularyEdition.vocabulary_id, VocabularyEdition.number, VocabularyEdition.label))}
+    data = []
+    for d, m, bname, vid, vname, uri, uname, rname, chosen, conf in rows:
+        codes = [c or "" for c in (d.codes or [])]
+        edition = labels.get((vid, d.edition), "") if d.edition is not None else ""
+        data.append([d.id, m.batch_id, bname, vname, m.id, m.position, m.text, d.action, list(d.terms),
+                     codes, list(d.term_ids or []), code_system(vname, uri), edition, d.relationship or "",
+                     d.review_status, rname or "", d.reviewed_at, d.review_note or "", uname, d.at, d.seconds,
+                     d.comment, d.model_version, list(chosen or []), conf, list(m.gold_terms or []), d.is_latest])
+    return pd.DataFrame(data, columns=DECISION_COLUMNS)
+
+
+def export_decisions(s: Session, batch_id: int | None, fmt: str, approved_only: bool = False, **omop) -> bytes:
+    """The latest decisions of a batch (None: all batches) as csv, xlsx, jsonl, chip-cdn, fhir (R5 ConceptMap)
+    or omop (SOURCE_TO_CONCEPT_MAP, approved only); ``db.exports.export_batch`` also gives a file name and a report."""
+    from db import exports  # db.exports builds on this module (decisions_frame): a top-level import would be a cycle
+
+    return exports.export_batch(s, batch_id, fmt, approved_only=approved_only, **omop).data
