@@ -23,28 +23,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-import test_browser as tb  # start_streamlit, _free_port, _wait_http, _stop
-
-REPO = Path(__file__).resolve().parents[1]
-CHROMIUM = tb.CHROMIUM
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
-
-
-def _need_browser():
-    """Playwright (PyPI) driving Debian's Chromium; under CI=true a missing piece fails instead of skipping."""
-    missing = [] if Path(CHROMIUM).exists() else [f"{CHROMIUM} (Debian package chromium)"]
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        missing.append("the playwright package")
-        sync_playwright = None
-    if missing:
-        if os.environ.get("CI") == "true":
-            pytest.fail("browser test needs " + " and ".join(missing))
-        pytest.skip("browser test needs " + " and ".join(missing))
-    return sync_playwright
+from browser import (
+    REPO,
+    chromium_page,
+    free_port,
+    health_url,
+    settle,
+    start_streamlit,
+    stop,
+    wait_http,
+)
 
 
 @pytest.fixture
@@ -61,38 +49,22 @@ def app(tmp_path):
         vid = services.vocabulary_id(s, "demo-procedures")
         codes_batch = services.create_batch(s, "two codes", vid, ["甲状腺全部切除", "胆囊切除"])
     services.dispose(url)
-    port = tb._free_port()
+    port = free_port()
     env = dict(os.environ, TERMNORM_DB_URL=url, TERMNORM_AUTH="off")
     env.pop("TERMNORM_MIN_DWELL_S", None)  # the coding page's own guard against a decision nobody could have read
-    proc = tb.start_streamlit(port, env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = start_streamlit(port, env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        tb._wait_http(f"http://127.0.0.1:{port}/_stcore/health", 30)
+        wait_http(health_url(port), 60, proc)
         yield {"base": f"http://127.0.0.1:{port}", "url": url, "codes_batch": codes_batch}
     finally:
-        tb._stop(proc)
+        stop(proc)
         services.dispose(url)
 
 
 @pytest.fixture
 def page():
-    sync_playwright = _need_browser()
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        pg = browser.new_page(viewport={"width": 1400, "height": 1600})
-        pg.set_default_timeout(60_000)
+    with chromium_page(1400, 1600) as pg:
         yield pg
-        browser.close()
-
-
-def settle(pg) -> None:
-    """Until Streamlit has finished the run: no running-status widget, no element marked stale."""
-    idle = ("!document.querySelector('[data-testid=\"stStatusWidget\"]') && "
-            "!document.querySelector('[data-stale=\"true\"]')")
-    for _ in range(20):  # idle twice, 0.5 s apart: a run requested by the last key press has begun by then
-        pg.wait_for_function(idle)
-        pg.wait_for_timeout(500)
-        if pg.evaluate(idle):
-            return
 
 
 def button(pg, key: str):

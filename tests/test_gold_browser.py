@@ -1,4 +1,4 @@
-"""The dashboards and adjudication pages in a real browser (headless Chromium over DevTools, as test_browser.py).
+"""The dashboards and adjudication pages in a real browser (Playwright in Debian's headless Chromium, tests/browser.py).
 
 A lead signs in through the form (sign-in is on), opens Dashboards and
 Adjudicate from the sidebar, and the test checks what the browser drew: the
@@ -18,27 +18,26 @@ disagreements are adjudicated.
 
 from __future__ import annotations
 
-import base64
-import json
 import os
-import shutil
+import re
 import subprocess
-import time
 from dataclasses import replace
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
+from browser import (
+    chromium_page,
+    free_port,
+    health_url,
+    screenshot,
+    settle,
+    start_streamlit,
+    stop,
+    wait_http,
+    wait_unchanged,
+)
 
-import test_browser as tb  # the DevTools helpers (Tab, _free_port, _wait_http) of the coding-page browser test
-
-REPO = Path(__file__).resolve().parents[1]
-CHROMIUM = tb.CHROMIUM
 WIDTH, HEIGHT = 1440, 3000  # tall: Streamlit scrolls inside its own container, so capture the whole page at once
-
-pytestmark = pytest.mark.skipif(
-    not Path(CHROMIUM).exists(),
-    reason="headless Chromium not installed (Debian: apt-get install chromium); browser test skipped")
 
 
 def build_history(url: str) -> dict:
@@ -108,85 +107,68 @@ def build_history(url: str) -> dict:
 def server(tmp_path, monkeypatch):
     monkeypatch.setenv("TERMNORM_BCRYPT_ROUNDS", "4")
     url = f"sqlite:///{tmp_path / 'dash.sqlite3'}"
-    port = tb._free_port()
+    port = free_port()
     env = dict(os.environ, TERMNORM_DB_URL=url, TERMNORM_BCRYPT_ROUNDS="4")
     env.pop("TERMNORM_AUTH", None)  # sign-in on, as deployed
     # the server boots while the history is built (it touches the database only when a browser connects)
-    proc = tb.start_streamlit(port, env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = start_streamlit(port, env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         info = build_history(url)
-        tb._wait_http(f"http://127.0.0.1:{port}/_stcore/health", 30)
+        wait_http(health_url(port), 60, proc)
         yield f"http://127.0.0.1:{port}", url, info
     finally:
-        tb._stop(proc)
+        stop(proc)
 
 
 @pytest.fixture
-def tab(tmp_path):
-    with tb.chromium_tab(tmp_path / "chromium-profile", WIDTH, HEIGHT) as t:
-        yield t
+def page():
+    with chromium_page(WIDTH, HEIGHT) as pg:
+        yield pg
 
 
-def type_into(tab, selector: str, text: str) -> None:
-    tab.eval(f"document.querySelector({json.dumps(selector)}).focus()")
-    tab.call("Input.insertText", text=text)
+def nav_link(page, text: str):
+    """The sidebar's link to the page named ``text``."""
+    return page.locator('[data-testid="stSidebarNavLink"]', has_text=text).first
 
 
-def click_text(tab, selector: str, text: str) -> None:
-    """Click the first ``selector`` element whose text contains ``text``."""
-    ok = tab.eval(f"(() => {{ const e = [...document.querySelectorAll({json.dumps(selector)})]"
-                  f".find(e => e.innerText.includes({json.dumps(text)})); if (e) e.click(); return !!e; }})()")
-    assert ok, f"no {selector} with {text!r}"
+def metric_values(page) -> dict[str, str]:
+    return page.evaluate("Object.fromEntries([...document.querySelectorAll('[data-testid=\"stMetric\"]')].map(m => "
+                         "[m.querySelector('[data-testid=\"stMetricLabel\"]').innerText.trim(), "
+                         "m.querySelector('[data-testid=\"stMetricValue\"]').innerText.trim()]))")
 
 
-def shoot(tab, tmp_path, name: str) -> bytes:
-    png = base64.b64decode(tab.call("Page.captureScreenshot", format="png")["data"])
-    (tmp_path / name).write_bytes(png)
-    if os.environ.get("TERMNORM_SCREENSHOTS") == "1":
-        out = REPO / "benchmarks" / "results" / name
-        out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(tmp_path / name, out)
-    return png
-
-
-def metric_values(tab) -> dict[str, str]:
-    return tab.eval("Object.fromEntries([...document.querySelectorAll('[data-testid=\"stMetric\"]')].map(m => "
-                    "[m.querySelector('[data-testid=\"stMetricLabel\"]').innerText.trim(), "
-                    "m.querySelector('[data-testid=\"stMetricValue\"]').innerText.trim()]))")
-
-
-def test_dashboards_and_adjudication_in_browser(server, tab, tmp_path):
+def test_dashboards_and_adjudication_in_browser(server, page, tmp_path):
     from db import dashboard_data, services
     from pages import _ui
     from termnorm import coding_metrics as dashboard
 
     base, url, info = server
     # -- sign in through the form
-    tab.call("Page.navigate", url=base + "/")
-    tab.wait_for("document.querySelector('input[aria-label=\"Password\"]')", 60)
-    type_into(tab, 'input[aria-label="User name"]', "lead1")
-    type_into(tab, 'input[aria-label="Password"]', "lead1-password")
-    click_text(tab, "button", "Sign in")
-    tab.wait_for("[...document.querySelectorAll('[data-testid=\"stSidebarNavLink\"]')]"
-                 ".some(a => a.innerText.includes('Dashboards'))", 60)
+    page.goto(base + "/")
+    page.locator('input[aria-label="Password"]').wait_for()
+    page.locator('input[aria-label="User name"]').fill("lead1")
+    page.locator('input[aria-label="Password"]').fill("lead1-password")
+    page.locator("button", has_text="Sign in").first.click()
+    nav_link(page, "Dashboards").wait_for()
 
     # -- dashboards: the numbers the browser shows are those termnorm.dashboard computes from the database
-    click_text(tab, '[data-testid="stSidebarNavLink"]', "Dashboards")
-    tab.wait_for("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 8", 90)
-    tab.settle(30)
+    nav_link(page, "Dashboards").click()
+    page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 8", timeout=90_000)
+    settle(page)
     # widgets drawn lazily show a grey skeleton first: wait for the error filters' labels
-    tab.wait_for("document.querySelectorAll('[data-testid=\"stMultiSelect\"] label').length >= 4", 30)
-    time.sleep(1.0)  # plotly's entry transitions
+    page.wait_for_function("document.querySelectorAll('[data-testid=\"stMultiSelect\"] label').length >= 4")
+    # plotly's entry transitions: until the charts' markup stops changing
+    wait_unchanged(page, "[...document.querySelectorAll('.js-plotly-plot')].map(e => e.innerHTML)")
     with services.session_scope(url) as s:
         data = dashboard_data.load_dashboard(s, "lead1", info["vocabulary_id"], shown=_ui.SHOWN)
     acc = dashboard.acceptance(data.decisions).summary
-    shown = metric_values(tab)
+    shown = metric_values(page)
     assert shown["Decisions"] == str(acc["n"]) == "88"
     assert shown["Top-1 accepted"] == f"{acc['top1']:.1%}"
     assert shown["Rejected all"] == f"{acc['rejected_all']:.1%}"
     assert shown["Annotator κ"] not in ("", "—")
-    assert tab.eval("document.querySelectorAll('.js-plotly-plot .treemap').length") == 1
-    png = shoot(tab, tmp_path, "dashboards_page.png")
+    assert page.locator(".js-plotly-plot .treemap").count() == 1
+    png = screenshot(page, tmp_path, "dashboards_page.png")
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 100_000
 
     # -- adjudication: the annotators' answers side by side
@@ -196,13 +178,12 @@ def test_dashboards_and_adjudication_in_browser(server, tab, tmp_path):
         open_mentions = set(gold.disagreement_queue(s, "lead1", info["task_id"], open_only=True)["mention"])
     assert open_mentions
     # a shorter window: this page is one screen, not a long report
-    tab.call("Emulation.setDeviceMetricsOverride", width=WIDTH, height=1350, deviceScaleFactor=1, mobile=False)
-    click_text(tab, '[data-testid="stSidebarNavLink"]', "Adjudicate")
-    tab.wait_for("[...document.querySelectorAll('button')].some(b => b.innerText.includes(\"Use li's answer\"))", 60)
-    tab.settle(30)
-    assert tab.eval("[...document.querySelectorAll('button')].filter(b => /Use (li|wang)'s answer/"
-                    ".test(b.innerText)).length") == 2
-    assert tab.eval("document.querySelector('.tn-mention').textContent") in open_mentions
-    assert tab.eval("document.querySelectorAll('.tn-chosen').length") >= 2  # each answer's terms as chips
-    png = shoot(tab, tmp_path, "adjudicate_page.png")
+    page.set_viewport_size({"width": WIDTH, "height": 1350})
+    nav_link(page, "Adjudicate").click()
+    page.locator("button", has_text="Use li's answer").first.wait_for()
+    settle(page)
+    assert page.locator("button").filter(has_text=re.compile(r"Use (li|wang)'s answer")).count() == 2
+    assert page.locator(".tn-mention").first.text_content() in open_mentions
+    assert page.locator(".tn-chosen").count() >= 2  # each answer's terms as chips
+    png = screenshot(page, tmp_path, "adjudicate_page.png")
     assert len(png) > 50_000

@@ -8,9 +8,16 @@ import os
 import subprocess
 
 import pytest
-
-import test_browser as tb
-from test_decisions_browser import CHROMIUM, CHROMIUM_ARGS, _need_browser, settle
+from browser import (
+    free_port,
+    health_url,
+    launch,
+    need_browser,
+    settle,
+    start_streamlit,
+    stop,
+    wait_http,
+)
 
 
 @pytest.fixture
@@ -26,15 +33,15 @@ def app(tmp_path, monkeypatch):
         auth.create_admin(s, "root", "root-password")
         auth.create_user(s, "root", "zhang", "zhang-password", "coder")
     services.dispose(url)
-    port = tb._free_port()
+    port = free_port()
     env = dict(os.environ, TERMNORM_DB_URL=url, TERMNORM_BCRYPT_ROUNDS="4")
     env.pop("TERMNORM_AUTH", None)  # sign-in on, as deployed
-    proc = tb.start_streamlit(port, env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = start_streamlit(port, env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        tb._wait_http(f"http://127.0.0.1:{port}/_stcore/health", 30)
+        wait_http(health_url(port), 60, proc)
         yield {"base": f"http://127.0.0.1:{port}", "url": url}
     finally:
-        tb._stop(proc)
+        stop(proc)
         services.dispose(url)
 
 
@@ -49,9 +56,9 @@ def signed_in_as(pg) -> str | None:
 def test_a_reload_or_a_new_tab_keeps_the_coder_signed_in_until_sign_out(app):
     from db import auth, services
 
-    sync_playwright = _need_browser()
+    sync_playwright = need_browser()
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = launch(p)
         ctx = browser.new_context(viewport={"width": 1400, "height": 1200})
         page = ctx.new_page()
         page.set_default_timeout(60_000)
@@ -70,6 +77,7 @@ def test_a_reload_or_a_new_tab_keeps_the_coder_signed_in_until_sign_out(app):
         tab.wait_for_selector("table.tn-cands")
         assert signed_in_as(tab) == "zhang"
         other = browser.new_context()  # another browser: not signed in
+        other.set_default_timeout(60_000)  # as the first context's pages: a loaded machine takes more than 30 s
         elsewhere = other.new_page()
         elsewhere.goto(app["base"] + "/")
         assert signed_in_as(elsewhere) is None
