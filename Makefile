@@ -7,10 +7,15 @@ $(STAMP): pyproject.toml
 	# the local CPU wheel first, so no newer CUDA build of torch is pulled
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e ".[test]"
-	# headless Chromium for the browser tests (Debian); optional elsewhere
-	command -v chromium >/dev/null 2>&1 || (apt-get install -y -q chromium chromium-driver fonts-wqy-zenhei >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium chromium-driver fonts-wqy-zenhei >/dev/null 2>&1)) || echo "chromium not installed: browser tests will be skipped"
-	# the PostgreSQL server the database tests start in a temporary folder (Debian; they never use a running one)
-	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || (apt-get install -y -q postgresql >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q postgresql >/dev/null 2>&1)) || echo "postgresql not installed: PostgreSQL tests will be skipped"
+	# headless Chromium and a Chinese font for the browser tests, the PostgreSQL server the database tests start in a
+	# temporary folder (Debian packages; the tests never use a running one). A failed install stops make: CI must
+	# not pass by skipping the tests that need them.
+	command -v chromium >/dev/null 2>&1 || apt-get install -y -q chromium fonts-wqy-zenhei >/dev/null 2>&1 \
+	  || (apt-get update -q >/dev/null && apt-get install -y -q chromium fonts-wqy-zenhei >/dev/null) \
+	  || { echo "make: could not install Debian's chromium (needed by the browser tests)" >&2; exit 1; }
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || apt-get install -y -q postgresql >/dev/null 2>&1 \
+	  || (apt-get update -q >/dev/null && apt-get install -y -q postgresql >/dev/null) \
+	  || { echo "make: could not install Debian's postgresql server (needed by the database tests)" >&2; exit 1; }
 	touch $(STAMP)
 
 install: $(STAMP)

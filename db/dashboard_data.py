@@ -1,6 +1,6 @@
-"""Tidy frames for the lead's dashboards, built from the database for :mod:`termnorm.dashboard`.
+"""Tidy frames for the lead's dashboards, built from the database for :mod:`termnorm.coding_metrics`.
 
-termnorm.dashboard computes (acceptance, accuracy on gold, errors by
+termnorm.coding_metrics computes (acceptance, accuracy on gold, errors by
 chapter, confused pairs, count errors, throughput, audits, error examples);
 this module only reads the tables into the frames it documents:
 
@@ -198,7 +198,7 @@ def unscored_gold(s: Session, model_version: str, vocabulary_id: int | None = No
 # ================================================================ everything a dashboard page needs
 @dataclass
 class DashboardData:
-    """What :func:`load_dashboard` returns; the frames are those termnorm.dashboard documents."""
+    """What :func:`load_dashboard` returns; the frames are those termnorm.coding_metrics documents."""
 
     decisions: pd.DataFrame  # latest decision per mention (+ shown, predicted_count)
     history: pd.DataFrame  # every decision, superseded ones too (throughput, audits of auto-coding)

@@ -44,7 +44,7 @@ from termnorm.text.normalize import normalize
 
 TRAIN, EVAL = SPLITS
 #: Default share of labelled mentions held out for evaluation: the usual 80/20; on Yidu-N7K's 5,000
-#: labelled mentions that is 1,000 held out, ten times the gate's minimum (termnorm.registry.MIN_GATE_MENTIONS).
+#: labelled mentions that is 1,000 held out, ten times the gate's minimum (termnorm.gate.MIN_GATE_MENTIONS).
 DEFAULT_SHARE = 0.2
 DEFAULT_SEED = 0
 #: Below 5% the held-out set of a small import misses the gate's minimum; above 50% more labels are

@@ -79,7 +79,7 @@ RELATIONSHIPS = ("equivalent", "source-is-narrower-than-target", "source-is-broa
                  "not-related-to")
 
 # Lengths: real mentions are <= 122 characters (max over the 22,000 CHIP-CDN and
-# Yidu-N7K mentions) and db.io rejects mentions longer than 500; term names are
+# Yidu-N7K mentions) and db.imports rejects mentions longer than 500; term names are
 # shorter still. String lengths only matter on PostgreSQL/MySQL; SQLite ignores them.
 NAME_LEN = 500
 CODE_LEN = 64

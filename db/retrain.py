@@ -46,7 +46,7 @@ mentions never enter training or the evaluated model's history.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 
 from termnorm.records import LabelledMention
 from termnorm.refit import (ALPHA, GOLD_SHARE, NEURAL_BUDGET_S, TOP_K_MINE, evaluate_on_gold, fit_with_pairs,
@@ -198,30 +198,44 @@ class RetrainResult:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "engine"}
 
 
+@dataclass(frozen=True)
+class RetrainOptions:
+    """The knobs of one retraining (``retrain(..., **overrides)`` sets any of them by name)."""
+
+    keyword_dir: str | None = None  # keyword lists; None: the current model's, or the vocabulary's pipeline setting
+    alpha: float = ALPHA  # E-FN precision target (termnorm.refit)
+    top_k: int = TOP_K_MINE  # top-k of the current model mined for hard negatives
+    neural: bool = True  # fine-tune the current version's neural parts when it has any
+    neural_budget_s: float = NEURAL_BUDGET_S  # seconds per neural part
+    seed: int = 0
+
+
 def retrain(vocabulary_id: int, *, url: str | None = None, registry=None, gold: list[LabelledMention] | None = None,
-            gate=None, base: list[LabelledMention] | None = None, current=None, keyword_dir=None,
-            alpha: float = ALPHA, top_k: int = TOP_K_MINE, neural: bool = True,
-            neural_budget_s: float = NEURAL_BUDGET_S, seed: int = 0, by: str = "", progress=None) -> RetrainResult:
+            gate=None, base: list[LabelledMention] | None = None, current=None, options: RetrainOptions | None = None,
+            by: str = "", progress=None, **overrides) -> RetrainResult:
     """Build training data from the database, refit, evaluate on the held-out mentions, register and gate
     against the model serving now.
 
     ``registry``: a termnorm.registry.Registry (default: the vocabulary's lineage
-    under ``$TERMNORM_MODELS``); ``current``: the serving Engine if already in
+    in the data directory's model registry); ``current``: the serving Engine if already in
     memory (else the current version is loaded from the registry, and the model
     serving is built as the app builds it: db.serving.build_engine, the shipped
     one when no version is current); ``base``: training mentions to start
-    from when the registry has no current version; ``progress(fraction, message)``.
+    from when the registry has no current version; ``options`` / ``overrides``:
+    :class:`RetrainOptions`; ``progress(fraction, message)``.
     """
+    opts = replace(options or RetrainOptions(), **overrides)
     with limited_threads():
-        return _retrain(vocabulary_id, url=url, registry=registry, gold=gold, gate=gate, base=base, current=current,
-                        keyword_dir=keyword_dir, alpha=alpha, top_k=top_k, neural=neural,
-                        neural_budget_s=neural_budget_s, seed=seed, by=by, progress=progress)
+        return _retrain(vocabulary_id, url, registry, gold, gate, base, current, opts, by, progress)
 
 
-def _retrain(vocabulary_id, *, url, registry, gold, gate, base, current, keyword_dir, alpha, top_k, neural,
-             neural_budget_s, seed, by, progress) -> RetrainResult:
+def _retrain(vocabulary_id, url, registry, gold, gate, base, current, opts: RetrainOptions, by,
+             progress) -> RetrainResult:
     from termnorm.engine import PRETRAINED, Engine, cold_start_domain
     from termnorm.registry import Gate, Registry
+
+    keyword_dir, alpha, top_k, seed = opts.keyword_dir, opts.alpha, opts.top_k, opts.seed
+    neural, neural_budget_s = opts.neural, opts.neural_budget_s
 
     say = progress or (lambda f, m: None)
     t0 = time.perf_counter()

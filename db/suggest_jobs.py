@@ -138,7 +138,7 @@ def _start(runner, kind, params, title, niceness, **tags) -> str:
 
 
 def _params_of(runner: JobRunner, job_id: str) -> dict:
-    from termnorm.registry import read_json
+    from termnorm.filestore import read_json
 
     return (read_json(runner.folder(job_id) / "job.json") or {}).get("params") or {}
 

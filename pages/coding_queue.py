@@ -78,7 +78,6 @@ if others:
 
 mid, text = current["id"], current["text"]
 st.session_state.setdefault(f"shown_at_{mid}", time.time())
-st.session_state[ON_SCREEN] = str(mid)  # the widget is drawn at the end of the page (callbacks above read it)
 
 # The terms box. What the coder sees in it is what Save saves: the widget's own value, read under the key it
 # was drawn with. A change made on the server (Clear, a term added from the search, a synonym) bumps the box's
@@ -118,7 +117,12 @@ def _decide(mention_id: int, action: str, terms=(), comment: str = "", codes=Non
         _ui.flash("warning", "Ignored a click or key meant for a mention the browser was not showing yet: nothing "
                              "saved; press again if you meant it.")
         return
-    shown_for = time.time() - st.session_state.get(f"drawn_at_{mention_id}", 0.0)
+    drawn_at = st.session_state.get(f"drawn_at_{mention_id}")
+    if drawn_at is None:  # its page run was cut short by this very click: the coder saw part of it at most
+        _ui.flash("warning", f"Ignored a click or key on mention #{current['position']} before its page was drawn: "
+                             "nothing saved; press again if you meant it.")
+        return
+    shown_for = time.time() - drawn_at
     if shown_for < MIN_GAP_S:
         _ui.flash("warning", f"Ignored a click or key {shown_for:.2f} s after mention #{current['position']} "
                              "appeared: too soon to have read it. Nothing saved; press again if you meant it.")
@@ -327,7 +331,9 @@ with st.expander("Teach a synonym: this mention (or part of it) is another name 
 
 # the mention on screen, echoed back by the browser with every click or key (see ON_SCREEN); drawn last, so a
 # browser that has it has the whole page of this mention; hidden (CSS in _ui.CSS)
+# (set here, not earlier: a run cut short by a click must leave neither drawn_at nor the echo of this mention)
 st.session_state[f"drawn_at_{mid}"] = time.time()
+st.session_state[ON_SCREEN] = str(mid)
 st.text_input("mention on screen", key=ON_SCREEN, label_visibility="collapsed")
 
 # ---------------------------------------------------------------- prepare the next mentions (page already drawn)

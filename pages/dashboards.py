@@ -6,7 +6,7 @@ accuracy of each model version on the gold set; missed terms by vocabulary
 chapter; the term pairs coders correct most; predicted vs final number of
 terms; coder throughput; audits of auto-coded mentions; a filterable table of
 error examples with a download. Every number is computed by
-termnorm.dashboard / termnorm.agreement on the frames of db.dashboard_data,
+termnorm.coding_metrics / termnorm.agreement on the frames of db.dashboard_data,
 and each chart or table carries the ``how`` line that says how (caption and
 hover). db.dashboard_data.load_dashboard checks the lead role again.
 """
@@ -48,7 +48,7 @@ def num(x, digits: int = 3) -> str:
 
 
 def chart(fig, key: str) -> None:
-    """One chart, in the page's common size and style (the hover text is set by termnorm.dashboard)."""
+    """One chart, in the page's common size and style (the hover text is set by termnorm.coding_metrics)."""
     fig.update_layout(height=CHART_HEIGHT, margin={"l": 10, "r": 10, "t": 48, "b": 10}, template="plotly_white",
                       title={"font": {"size": 15}}, legend={"orientation": "h", "y": -0.18, "x": 0},
                       font={"family": "Source Sans Pro, WenQuanYi Zen Hei, sans-serif"})

@@ -248,12 +248,28 @@ def cmd_app(args) -> int:
     import os
     import subprocess
 
-    root = Path(__file__).resolve().parent.parent
+    from termnorm.demo import app_root
+
+    root = app_root()
     env = dict(os.environ)
     if args.db:
         env["TERMNORM_DB_URL"] = args.db
-    return subprocess.call([sys.executable, "-m", "streamlit", "run", str(root / "app.py"),
-                            "--server.headless", "true", "--server.port", str(args.port)], env=env)
+    return subprocess.call([sys.executable, "-m", "streamlit", "run", str(root / "app.py"), "--server.headless",
+                            "true", "--server.port", str(args.port), *_streamlit_flags(root)], env=env)
+
+
+def _streamlit_flags(root: Path) -> list[str]:
+    """The app's .streamlit/config.toml as command-line flags: Streamlit reads that file from the working
+    directory only, and ``termnorm app`` may be started anywhere (or from an installed package)."""
+    import tomllib
+
+    path = root / ".streamlit" / "config.toml"
+    if not path.is_file():
+        return []
+    with open(path, "rb") as f:
+        conf = tomllib.load(f)
+    return [x for section, opts in conf.items() for key, value in opts.items()
+            for x in (f"--{section}.{key}", str(value).lower() if isinstance(value, bool) else str(value))]
 
 
 def cmd_load_data(args) -> int:

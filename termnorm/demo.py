@@ -10,7 +10,17 @@ from pathlib import Path
 from termnorm.records import LabelledMention
 from termnorm.vocabulary import Vocabulary
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets" / "demo"
+
+
+def app_root() -> Path:
+    """The folder holding ``app.py``, ``pages/`` and ``assets/``: the repository (a checkout, an editable
+    install), else the installed package ``termnorm_app`` (a non-editable install maps the repository root to
+    it: pyproject.toml)."""
+    here = Path(__file__).resolve().parent.parent
+    return here if (here / "assets").is_dir() else here / "termnorm_app"
+
+
+ASSETS = app_root() / "assets" / "demo"
 #: Rankers fitted on public data of each demo domain (``termnorm train lexical --export-ranker``):
 #: procedures on Yidu-N7K train, diagnoses on CHIP-CDN train. Only model trees, no text.
 PRETRAINED = {"procedures": ASSETS.parent / "models" / "procedures_ranker.joblib",

@@ -43,7 +43,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 from termnorm.filestore import file_lock, fsync_dir, read_json, utc_now, write_json_atomic
-from termnorm.filestore import json_default as _json_default  # noqa: F401 -- termnorm.refit imports it from here
 from termnorm.gate import Gate, GateResult, paired_results
 
 FORMAT = "termnorm-registry/1"

@@ -61,8 +61,8 @@ class Settings:
 FIELDS: dict[str, tuple[str, object, str]] = {
     "data_dir": ("TERMNORM_DATA_DIR", None, "run-time data: database, models, jobs (default ~/.local/share/termnorm)"),
     "db_url": ("TERMNORM_DB_URL", "", "SQLAlchemy URL of the app's database (default: SQLite file in the data dir)"),
-    "models_dir": ("TERMNORM_MODELS", None, "model registry (default <data dir>/models)"),
-    "jobs_dir": ("TERMNORM_JOBS", None, "background jobs' folders (default <data dir>/jobs)"),
+    "models_dir": ("TERMNORM_MODELS", None, "model registry (default: models/ in the data dir)"),
+    "jobs_dir": ("TERMNORM_JOBS", None, "background jobs' folders (default: jobs/ in the data dir)"),
     "cache_dir": ("TERMNORM_CACHE", None, "built encoder and downloaded wheels (default ~/.cache/termnorm)"),
     "auth": ("TERMNORM_AUTH", "on", "sign-in and roles; off = single demo coder"),
     "session_hours": ("TERMNORM_SESSION_HOURS", 12.0, "how long a sign-in lasts"),

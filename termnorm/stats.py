@@ -3,7 +3,7 @@
 * :func:`sign_test` -- mentions only one of two models gets right and the
   two-sided sign test on them (an exact binomial test with p = 1/2; mentions
   both get right or both get wrong say nothing about which model is better).
-  benchmarks/cv.py and the registry's gate (termnorm.registry.Gate) use it.
+  benchmarks/cv.py and the registry's gate (termnorm.gate.Gate) use it.
 * :func:`confidence_bands` -- the words a coder reads instead of a raw
   probability ("sure" / "likely" / "unsure"), each band's lowest confidence
   chosen on a model's held-out predictions.

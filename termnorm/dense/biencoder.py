@@ -94,19 +94,12 @@ _SPLIT_RE = re.compile(r"[+＋、;；,，/／|]|(?<=术)(?:及|并|和|加|伴)"
 
 
 def _splitter():
-    """The text helper's mention splitter when it exists (looked up once), else None."""
-    global _SPLITTER
-    if _SPLITTER is None:
-        try:  # it knows the clinical conventions; the separator regex is the fallback
-            from termnorm.text.split import split_mention  # type: ignore
+    """The text helper's mention splitter (it knows the clinical conventions; imported on first use)."""
+    from termnorm.text.split import split_mention
 
-            _SPLITTER = split_mention
-        except ImportError:
-            _SPLITTER = False
-    return _SPLITTER or None
+    return split_mention
 
 
-_SPLITTER = None
 
 
 def _split_parts(text: str) -> int:

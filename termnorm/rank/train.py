@@ -266,33 +266,24 @@ def train_ranker(model: RankerModel, vocab: Vocabulary, train: Sequence[Labelled
 
 
 def lexical_union(vocab: Vocabulary):
-    """The lexical recall union (exact, char TF-IDF, Jaccard, BM25) fitted on ``vocab``, or None.
+    """The lexical recall union (exact, char TF-IDF, Jaccard, BM25) fitted on ``vocab``.
 
     History recall is left out on purpose when training: on the training
     mentions themselves it would return their own gold terms.
     """
-    try:
-        from termnorm.recall.exact import ExactRecaller
-        from termnorm.recall.jaccard import JaccardRecaller
-        from termnorm.recall.tfidf import CharTfidfRecaller
-        from termnorm.recall.union import UnionRecaller
-    except ImportError:
-        return None
-    strategies = [ExactRecaller(), CharTfidfRecaller(), JaccardRecaller()]
-    try:
-        from termnorm.recall.bm25 import BM25Recaller
+    from termnorm.recall.bm25 import BM25Recaller
+    from termnorm.recall.exact import ExactRecaller
+    from termnorm.recall.jaccard import JaccardRecaller
+    from termnorm.recall.tfidf import CharTfidfRecaller
+    from termnorm.recall.union import UnionRecaller
 
-        strategies.append(BM25Recaller())
-    except ImportError:
-        pass
+    strategies = [ExactRecaller(), CharTfidfRecaller(), JaccardRecaller(), BM25Recaller()]
     return UnionRecaller(strategies).fit(vocab)
 
 
 def recall_candidates_fn(vocab: Vocabulary, k: int = 20) -> CandidatesFn:
-    """Term names from the lexical union's top k; char TF-IDF top k if the union is absent."""
+    """Term names from the lexical union's top k."""
     union = lexical_union(vocab)
-    if union is None:
-        return tfidf_candidates_fn(vocab, k)
 
     def fn(texts: list[str]) -> list[list[str]]:
         return [[c.term for c in cands] for cands in union.recall_batch(list(texts), k)]

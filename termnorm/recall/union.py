@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Mapping, Sequence
 
 from termnorm.recall.base import Hits, Recaller
@@ -10,21 +9,8 @@ from termnorm.records import Candidate, LabelledMention
 from termnorm.text.normalize import normalize
 from termnorm.vocabulary import Vocabulary
 
-try:  # written by the text-handling work; a plain delimiter split if it is absent
-    from termnorm.text.split import KnownTerms, split_mention
-except ImportError:  # pragma: no cover - depends on the state of the tree
-    KnownTerms = None
-    _DELIMS = re.compile(r"[,，;；、+＋/|。]")
-
-    def split_mention(text: str, known_terms=None) -> list[str]:
-        parts = [normalize(p) for p in _DELIMS.split(text)]
-        parts = [p for p in parts if len(p) >= 2]
-        return parts if len(parts) > 1 else [normalize(text)]
-
-try:
-    from termnorm.text.normalize import Abbreviations
-except ImportError:  # pragma: no cover
-    Abbreviations = None
+from termnorm.text.normalize import Abbreviations
+from termnorm.text.split import KnownTerms, split_mention
 
 PART, ABBR = "_part", "_abbr"
 
@@ -160,7 +146,7 @@ class UnionRecaller(Recaller):
             self.k[n + ABBR] = table.get(n + ABBR, main)
             self.k[n + PART] = table.get(n + PART, 0)
         self.split = split
-        self.abbreviations = Abbreviations(dict(abbreviations)) if abbreviations and Abbreviations else None
+        self.abbreviations = Abbreviations(dict(abbreviations)) if abbreviations else None
         self.max_candidates = max_candidates
 
     def fit(self, vocab: Vocabulary, history: list[LabelledMention] | None = None,
@@ -168,7 +154,7 @@ class UnionRecaller(Recaller):
         """Fit every strategy (``fit_strategies=False``: they are already fitted on ``vocab``)."""
         self.vocab = vocab
         # names are never cut by the splitter (糖尿病伴有肾的并发症 stays whole)
-        self._known = KnownTerms(vocab.names) if (self.split and KnownTerms is not None) else None
+        self._known = KnownTerms(vocab.names) if self.split else None
         if fit_strategies:
             for s in self.strategies:
                 s.fit(vocab, history)

@@ -1,0 +1,154 @@
+"""The serving engine of a vocabulary as the app holds it: one lock, what it has learnt, fresh suggestions.
+
+``EngineHolder`` wraps the engine db.serving builds for a vocabulary (the
+promoted version on the edition in force, fed with the coded mentions and user
+synonyms stored in the database, so a restarted app knows everything coders
+taught it); the app caches one per vocabulary (pages/_ui.py). ``seed_demo``
+puts the embedded demo vocabularies and batches into an empty database.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from db import serving, services
+from termnorm.engine import Engine, demo_mentions, demo_vocabulary
+from termnorm.records import Candidate, KeywordSpan, Suggestion
+from termnorm.text.normalize import normalize
+
+DEMO_SETS = ("procedures", "diagnoses")
+DEMO_USER = "demo"
+# Mentions prepared ahead on the coding page. One is enough for the next click; 3 covers a
+# coder skipping a couple, and costs ~20 ms of engine time per page with the demo engine
+# (benchmarks/next_suggestion.py). More would spend CPU on mentions a colleague may take first.
+PREPARE_AHEAD = 3
+
+
+def seed_demo(s) -> list[int]:
+    """Two demo vocabularies with one batch each (mention texts only: the gold answers stay hidden)."""
+    ids = []
+    for which in DEMO_SETS:
+        vid = services.load_vocabulary(s, demo_vocabulary(which), f"demo-{which}")
+        texts = [m.text for m in demo_mentions(which)]
+        ids.append(services.create_batch(s, f"demo {which}", vid, texts, username=DEMO_USER,
+                                         source_file="assets/demo/mentions.csv"))
+    return ids
+
+
+class EngineHolder:
+    """The cached engine of one vocabulary plus what the app needs around it.
+
+    * a lock: Streamlit serves every browser session from its own thread and
+      the engine's history index is mutated by decisions;
+    * ``revision``: bumped whenever the engine learns (coded mention, synonym);
+      a suggestion remembers the revision it was computed at;
+    * staleness: a stored suggestion is recomputed before it is shown when the
+      engine has since learned the *same* mention text (approach E's sieve
+      answers it exactly, so showing the old suggestion would be wrong), when
+      another model version made it (a promotion or rollback since), or when it
+      was made from an older vocabulary edition (its terms may be retired).
+      Other upcoming suggestions are refreshed by :meth:`prepare` after the
+      page is drawn, so similar mentions pick up the new history too.
+    """
+
+    def __init__(self, engine: Engine, vocabulary_id: int, edition: int | None = None):
+        self.engine = engine
+        self.vocabulary_id = vocabulary_id
+        self.edition = edition
+        self.lock = threading.RLock()
+        self.revision = 0
+        self._computed: dict[int, int] = {}  # mention id -> revision its stored suggestion was computed at
+        self._learned: dict[str, int] = {}  # normalized text -> revision it was learned at
+
+    # -- suggestions
+    def suggest_and_store(self, s, mention_ids: list[int], texts: list[str], progress=None) -> list[Suggestion]:
+        """Suggest for a few mentions and store them, holding the engine lock for at most
+        :data:`PREPARE_AHEAD` mentions at a time: another coder's decision (``learn``) or suggestion on
+        this vocabulary waits for one small group, never for a whole list. Many mentions belong in a
+        background job (db.suggest_jobs), which builds its own engine."""
+        sugs: list[Suggestion] = []
+        for at in range(0, len(mention_ids), PREPARE_AHEAD):
+            ids, group = mention_ids[at:at + PREPARE_AHEAD], texts[at:at + PREPARE_AHEAD]
+            with self.lock:
+                rev = self.revision
+                got = self.engine.suggest_batch(group)
+            services.store_suggestions(s, ids, got)  # outside the lock: the fsync waits for the disk only
+            for mid in ids:
+                self._computed[mid] = rev
+            sugs += got
+            if progress:
+                progress(len(sugs), len(mention_ids))
+        return sugs
+
+    def is_stale(self, mention_id: int, text: str) -> bool:
+        return self._learned.get(normalize(text), -1) > self._computed.get(mention_id, 0)
+
+    def suggestion(self, s, mention_id: int, text: str) -> Suggestion:
+        """The stored suggestion (a DB read), computed now if missing or stale."""
+        sug = services.latest_suggestion(s, mention_id, edition=self.edition)
+        if sug is None or self.is_stale(mention_id, text) or sug.model_version != self.engine.model_version:
+            sug = self.suggest_and_store(s, [mention_id], [text])[0]
+        return sug
+
+    def prepare(self, s, batch_id: int, current_id: int, n: int) -> int:
+        """Store suggestions for the next ``n`` open mentions after ``current_id`` that lack a fresh one."""
+        upcoming = [m for m in services.mentions(s, batch_id, status=services.OPEN_STATUSES, limit=n + 1)
+                    if m["id"] != current_id][:n]
+        stored = services.latest_suggestion_versions(s, [m["id"] for m in upcoming])
+        here = (self.engine.model_version, self.edition)
+
+        def fresh(mid: int) -> bool:
+            if mid in self._computed:
+                return self._computed[mid] >= self.revision
+            # stored by a background job or another app process: fresh when it is this model's, on this edition,
+            # and this engine has learnt nothing since it started
+            version, edition = stored.get(mid, (None, None))
+            return self.revision == 0 and version == here[0] and (self.edition is None or edition == self.edition)
+
+        todo = [m for m in upcoming if not fresh(m["id"])]
+        if todo:
+            self.suggest_and_store(s, [m["id"] for m in todo], [m["text"] for m in todo])
+        return len(todo)
+
+    # -- learning
+    def learn(self, mention: str, terms: list[str]) -> None:
+        with self.lock:
+            self.engine.add_coded_mention(mention, list(terms))
+            self.revision += 1
+            self._learned[normalize(mention)] = self.revision
+
+    def learn_synonym(self, term: str, synonym: str) -> None:
+        with self.lock:
+            self.engine.add_synonym(term, synonym)
+            self.revision += 1
+            self._learned[normalize(synonym)] = self.revision
+
+    # -- look-ups
+    def tag(self, text: str) -> list[KeywordSpan]:
+        with self.lock:
+            return self.engine.tag(text)
+
+    def search(self, query: str, limit: int = 10) -> list[Candidate]:
+        with self.lock:
+            return self.engine.search_vocabulary(query, limit=limit)
+
+
+def build_holder(url: str, vocabulary_id: int, version: str | None = None, edition: int | None = None) -> EngineHolder:
+    """The serving engine of a stored vocabulary (db.serving.build_engine) with what the app needs around it."""
+    return EngineHolder(serving.build_engine(url, vocabulary_id, version), vocabulary_id, edition)
+
+
+def prepare_in_background(holder: EngineHolder, url: str, batch_id: int, current_id: int, n: int) -> threading.Thread:
+    """:meth:`EngineHolder.prepare` in a daemon thread with a session of its own (no Streamlit call inside);
+    a failure only means the next suggestion is computed when it is shown."""
+    def run() -> None:
+        try:
+            with services.session_scope(url) as s:
+                holder.prepare(s, batch_id, current_id, n)
+        except Exception:  # noqa: BLE001 - logged; the page computes a missing suggestion on demand
+            logging.getLogger(__name__).exception("preparing the next suggestions failed")
+
+    t = threading.Thread(target=run, name="termnorm-prepare", daemon=True)
+    t.start()
+    return t
