@@ -27,7 +27,6 @@ status. Exports say which edition each decision's codes belong to.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 from sqlalchemy import func, insert, select
@@ -217,14 +216,3 @@ def editions(s: Session, vocabulary_id: int) -> list[dict]:
     return [{"number": e.number, "label": e.label, "source_file": e.source_file, "imported_at": e.imported_at,
              "imported_by": u or "", "counts": dict((e.diff or {}).get("counts", {})),
              "changes": dict((e.diff or {}).get("changes", {}))} for e, u in s.execute(q)]
-
-
-def retired_terms(s: Session, vocabulary_id: int, names: Iterable[str]) -> dict[str, dict]:
-    """For names that are no longer in the edition in force: when they were retired and their successor."""
-    names = list(names)
-    if not names:
-        return {}
-    succ = {t.id: t.name for t in s.scalars(select(Term).where(Term.vocabulary_id == vocabulary_id))}
-    q = select(Term).where(Term.vocabulary_id == vocabulary_id, Term.name.in_(names), Term.retired_edition.is_not(None))
-    return {t.name: {"retired_edition": t.retired_edition, "replaced_by": succ.get(t.replaced_by_id)}
-            for t in s.scalars(q)}

@@ -62,11 +62,6 @@ class LoadResult:
     rejected_missing: dict[str, int] = field(default_factory=dict)  # coded batch -> mentions decided as reject
 
 
-def load_folder(folder, db_url: str | None = None, limit: int | None = None, progress: bool = True) -> int:
-    """:func:`load`, returning only the exit code (0 on success)."""
-    return load(folder, db_url, limit, progress).code
-
-
 def load(folder, db_url: str | None = None, limit: int | None = None, progress: bool = True) -> LoadResult:
     """Load every known vocabulary and labelled set found in ``folder`` (``limit``: mentions per set) and print
     what was loaded and what was skipped with the reason."""
@@ -92,7 +87,7 @@ def load(folder, db_url: str | None = None, limit: int | None = None, progress: 
 
 def _load_vocabulary(name: str, vpath: Path, sets, folder: Path, db_url, limit, progress, res: LoadResult) -> None:
     from db import services
-    from termnorm.io import load_labelled, load_vocabulary
+    from termnorm.loaders import load_labelled, load_vocabulary
 
     vocab = load_vocabulary(vpath, name=name)
     with services.session_scope(db_url) as s:

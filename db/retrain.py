@@ -24,7 +24,7 @@ counted and reported):
   recall strategy) through ``vocabulary_from_db``.
 
 The lexical pipeline is refit by termnorm.refit (GBM pair scorer + count classifier +
-confidence calibration, termnorm.lexrank) on K-fold recall candidates exactly
+confidence calibration, termnorm.gbm_ranker) on K-fold recall candidates exactly
 like ``Engine.fit_lexical``, with the rows weighted as above. When the
 current version folder holds neural parts (``dense/``: a termnorm.dense
 BiEncoder; ``ranker/``: a termnorm.rank RankerModel) they are fine-tuned from

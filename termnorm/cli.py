@@ -81,7 +81,7 @@ def build_engine(args, progress=True):
         return Engine.load(args.model, progress=progress)
     if not args.vocab:
         return Engine.from_demo()
-    from termnorm.io import load_labelled, load_vocabulary
+    from termnorm.loaders import load_labelled, load_vocabulary
 
     vocab = load_vocabulary(args.vocab)
     history = load_labelled(args.train, vocab).mentions if args.train else None
@@ -133,7 +133,7 @@ def _suggestion_json(s):
 
 def cmd_evaluate(args) -> int:
     from termnorm.engine import evaluate_engine
-    from termnorm.io import load_labelled
+    from termnorm.loaders import load_labelled
 
     t0 = time.perf_counter()
     eng = build_engine(args)
@@ -179,7 +179,7 @@ def cmd_evaluate(args) -> int:
 
 def cmd_train(args) -> int:
     if args.what == "lexical":
-        from termnorm.io import load_labelled
+        from termnorm.loaders import load_labelled
 
         lp = argparse.ArgumentParser(prog="termnorm train lexical",
                                      description="fit the lexical GBM ranker + count classifier and save the pipeline")

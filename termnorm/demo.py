@@ -70,7 +70,7 @@ def demo_abbreviations(vocabulary_name: str | None = None) -> dict[str, str]:
     a demo vocabulary's (``demo-procedures``, ``demo-diagnoses``), so callers need not check."""
     if vocabulary_name is not None and vocabulary_name.removeprefix("demo-") not in PRETRAINED:
         return {}
-    from termnorm.io import load_keywords
+    from termnorm.loaders import load_keywords
 
     return load_keywords(ASSETS)["abbreviations"]
 

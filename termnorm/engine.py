@@ -225,7 +225,7 @@ class Engine:
     def fit_lexical(self, train: list[LabelledMention], folds: int = 4, progress: bool = False,
                     seed: int = 0, with_history: bool = True, *, surface_diff: bool = True, bag: int = 1,
                     term_classifier: bool = True, gbm: GBMOptions | None = None, **gbm_options) -> dict:
-        """Fit the GBM ranker + count classifier on K-fold recall candidates (see termnorm.lexrank,
+        """Fit the GBM ranker + count classifier on K-fold recall candidates (see termnorm.gbm_ranker,
         termnorm.fitting).
 
         ``with_history=False`` fits a cold-start ranker that never sees history recall or sieve
@@ -234,7 +234,7 @@ class Engine:
         ``term_classifier=False`` fits no per-term text classifier (termnorm.rank.termclf; an ablation);
         without history there is none either (it learns from coded mentions).
         ``bag`` > 1 fits that many rankers on different K-fold splits of the history (seeds ``seed``,
-        ``seed`` + 1, ...) and averages their probabilities (termnorm.lexrank.LexicalRanker.bagged): a
+        ``seed`` + 1, ...) and averages their probabilities (termnorm.gbm_ranker.LexicalRanker.bagged): a
         single ranker's accuracy depends on which coded mentions each training mention could find, the
         mean less so. The first member chooses the output rule and calibrates the confidence; the
         surface-difference scorer of the first split serves at inference. ``bag`` times the fit time.
@@ -245,9 +245,9 @@ class Engine:
         exact-set ``"accuracy"`` or pair ``"micro_f1"`` (the CHIP-CDN metric).
         ``keyword_features=False`` leaves out the keyword match features (an ablation).
         ``ensemble``: GBMs in the pair scorer, each on a random 70% of the feature columns, averaged
-        (default :data:`termnorm.lexrank.ENSEMBLE`, 1: one GBM on every column).
-        ``context_features=False`` leaves out the list-context features (termnorm.lexrank.CONTEXT_KEYS),
-        ``part_count=False`` the count classifier's part-coverage features (termnorm.lexrank.part_features).
+        (default :data:`termnorm.gbm_ranker.ENSEMBLE`, 1: one GBM on every column).
+        ``context_features=False`` leaves out the list-context features (termnorm.gbm_ranker.CONTEXT_KEYS),
+        ``part_count=False`` the count classifier's part-coverage features (termnorm.gbm_ranker.part_features).
         """
         return fitting.fit_lexical(self, train, folds, progress, seed, with_history, surface_diff=surface_diff,
                                    bag=bag, term_classifier=term_classifier,
@@ -324,7 +324,7 @@ class Engine:
         that calibrates the confidence) and fitted again afterwards (the final fit, refits of
         :meth:`fit_ranker` on the same splits), where a written ``ranker`` score would become a feature
         leaking the probe's predictions."""
-        from termnorm.lexrank import choose
+        from termnorm.gbm_ranker import choose
 
         probs = self.lexranker.score(mentions, cand_lists, n_parts)
         cps = self.lexranker.count_probs(mentions, probs, n_parts, hcounts, cand_lists)

@@ -1,6 +1,6 @@
 """Fitting an :class:`~termnorm.engine.Engine`'s lexical ranker: K-fold recall candidates, the surface-difference
 scorer and term classifier that score them, the GBM ranker + count classifier, the output rule and the
-calibrated confidence (see termnorm.lexrank).
+calibrated confidence (see termnorm.gbm_ranker).
 
 The functions take the engine as their first argument and set its fitted parts (``lexranker``,
 ``confidence_model``, ``diff_scorer``, ``term_classifier``, ``meta``); :class:`~termnorm.engine.Engine`'s
@@ -34,16 +34,16 @@ class GBMOptions:
 
     rule_metric: str = "accuracy"  # what the output rule is chosen for: "accuracy" (exact set) or "micro_f1"
     keyword_features: bool = True  # keyword match features (False: an ablation)
-    ensemble: int | None = None  # GBMs in the pair scorer (None: termnorm.lexrank.ENSEMBLE)
-    context_features: bool = True  # list-context features (termnorm.lexrank.CONTEXT_KEYS)
-    part_count: bool = True  # the count classifier's part-coverage features (termnorm.lexrank.part_features)
+    ensemble: int | None = None  # GBMs in the pair scorer (None: termnorm.gbm_ranker.ENSEMBLE)
+    context_features: bool = True  # list-context features (termnorm.gbm_ranker.CONTEXT_KEYS)
+    part_count: bool = True  # the count classifier's part-coverage features (termnorm.gbm_ranker.part_features)
 
 
 def fit_lexical(engine: Engine, train: list[LabelledMention], folds: int = 4, progress: bool = False,
                 seed: int = 0, with_history: bool = True, *, surface_diff: bool = True, bag: int = 1,
                 term_classifier: bool = True, gbm: GBMOptions | None = None) -> dict:
     """:meth:`termnorm.engine.Engine.fit_lexical` (its docstring tells the options)."""
-    from termnorm.lexrank import RULE_METRICS
+    from termnorm.gbm_ranker import RULE_METRICS
 
     gbm = gbm or GBMOptions()
     if gbm.rule_metric not in RULE_METRICS:
@@ -101,7 +101,7 @@ def fit_ranker(engine: Engine, splits: list[tuple], seed: int = 0, rule_metric: 
                keyword_features: bool = True, ensemble: int | None = None, context_features: bool = True,
                part_count: bool = True, progress: bool = False) -> dict:
     """:meth:`termnorm.engine.Engine.fit_ranker`."""
-    from termnorm.lexrank import ENSEMBLE, LexicalRanker, PairFeaturizer
+    from termnorm.gbm_ranker import ENSEMBLE, LexicalRanker, PairFeaturizer
 
     ensemble = ENSEMBLE if ensemble is None else int(ensemble)
     if ensemble < 1:
@@ -193,7 +193,7 @@ def _fit_ranker(engine: Engine, feat, mentions, cand_lists, golds, n_parts, hcou
                 rule_metric: str = "accuracy", ranker_kw: dict | None = None) -> None:
     """Choose the output rule and calibrate the confidence on 20% of the mentions held out from a
     first fit (in-sample probabilities would make both optimistic), then fit on everything."""
-    from termnorm.lexrank import LexicalRanker, select_rule
+    from termnorm.gbm_ranker import LexicalRanker, select_rule
 
     held = rng.random(len(mentions)) < 0.2
     sel = lambda xs, keep: [x for x, h in zip(xs, held) if h == keep]  # noqa: E731

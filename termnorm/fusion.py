@@ -1,5 +1,10 @@
 """Fusion block: combine recall and ranker scores, decide how many terms to output.
 
+Not the engine's path: the Engine's gradient-boosted ranker (termnorm.gbm_ranker) learns how to weigh every
+strategy's score and applies approach A's output rule itself (``gbm_ranker.choose``). This block is approach A's
+fixed average, used for the cross-encoder's own validation figure while it trains (termnorm.rank.train,
+``val_fused_top1``) and kept for comparing the two (docs/methods.md, "Count and fusion").
+
 Approach A's fusion block (FB) of methods.md:
 
 * recall score over the k_c recalled candidates

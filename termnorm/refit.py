@@ -1,7 +1,7 @@
 """Refitting the pipeline from training mentions: the learning loop's fitting step, with no database.
 
 ``fit_with_pairs`` refits the lexical pipeline (GBM pair scorer + count
-classifier + confidence calibration, termnorm.lexrank) on K-fold recall
+classifier + confidence calibration, termnorm.gbm_ranker) on K-fold recall
 candidates exactly like ``Engine.fit_lexical``, with the rows weighted by what
 the training signal says:
 
@@ -173,7 +173,7 @@ def fit_with_pairs(engine, train: list[LabelledMention], confirmed_negatives: di
     calibrated on them. One ranker is fitted (no ``bag``: termnorm train lexical --bag is a CLI fit).
     """
     from termnorm.fitting import fit_confidence, hash_mentions as _hash_mentions
-    from termnorm.lexrank import ENSEMBLE, LexicalRanker, PairFeaturizer
+    from termnorm.gbm_ranker import ENSEMBLE, LexicalRanker, PairFeaturizer
 
     say = progress or (lambda f, m: None)
     confirmed_negatives = confirmed_negatives or {}
@@ -273,10 +273,10 @@ def fit_with_pairs(engine, train: list[LabelledMention], confirmed_negatives: di
 
 def _select_output_rule(feat, texts, cand_lists, golds, n_parts, hcounts, weights, count_mask, seed: int,
                         held_share: float = 0.2, metric: str = "accuracy", ranker_kw: dict | None = None):
-    """The output rule (termnorm.lexrank.select_rule) chosen as Engine.fit_lexical does: a probe ranker
+    """The output rule (termnorm.gbm_ranker.select_rule) chosen as Engine.fit_lexical does: a probe ranker
     fitted on 80% of the mentions, the rule with the best ``metric`` on the other 20%.
     (None, {}) when this lexrank has no rule selection."""
-    from termnorm.lexrank import LexicalRanker, select_rule
+    from termnorm.gbm_ranker import LexicalRanker, select_rule
 
     rng = np.random.default_rng(seed + 1)
     held = rng.random(len(texts)) < held_share

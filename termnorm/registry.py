@@ -321,8 +321,3 @@ def _find(idx: dict, version: str) -> dict:
         if v["version"] == version:
             return v
     raise KeyError(f"no version {version!r}")
-
-
-def current_engine(vocabulary_name: str, root=None):
-    """The current registered Engine for a vocabulary, or None (for the app's engine loader)."""
-    return Registry.for_vocabulary(vocabulary_name, root).load()

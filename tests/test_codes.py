@@ -21,7 +21,7 @@ from sqlalchemy import create_engine, select, text
 from db import auth, editions, review
 from db import models as M
 from db import services as S
-from termnorm.io import load_vocabulary
+from termnorm.loaders import load_vocabulary
 from termnorm.records import Candidate, Suggestion
 from termnorm.vocabulary import Vocabulary
 

@@ -30,7 +30,7 @@ def test_the_dense_row_needs_its_per_fold_encoders(tmp_path, capsys):
 @pytest.mark.skipif(not (DATA / "yidu-n7k" / "val.xlsx").is_file(), reason="shared data absent")
 def test_written_fold_files_hold_each_folds_training_mentions_and_none_of_its_test(tmp_path):
     from benchmarks.cv import outer_fold, write_folds
-    from termnorm.io import load_labelled, load_vocabulary
+    from termnorm.loaders import load_labelled, load_vocabulary
 
     paths = write_folds("yidu", str(DATA), str(tmp_path))
     assert [p.relative_to(tmp_path).as_posix() for p in paths] == [f"fold{k}/train.xlsx" for k in range(5)]

@@ -284,7 +284,7 @@ def test_main_writes_model_index_and_config(tiny_dir, tmp_path):
     # the run folder itself loads too (what `termnorm evaluate --dense` and the benchmarks are given)
     probe = ["甲状腺病损切除术", "阑尾切除术"]
     assert np.allclose(BiEncoder.load(out, device="cpu").encode_queries(probe), enc.encode_queries(probe))
-    from termnorm.io import load_vocabulary
+    from termnorm.loaders import load_vocabulary
 
     vocab = load_vocabulary(DEMO / "procedures.csv")
     rec = DenseRecaller.load(out / "index", enc, vocab)

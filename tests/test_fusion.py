@@ -200,7 +200,7 @@ def test_output_rule_follows_the_metric_of_the_data_set():
     """
     import numpy as np
 
-    from termnorm.lexrank import select_rule
+    from termnorm.gbm_ranker import select_rule
     from termnorm.records import Candidate
 
     def cands(prefix, n):

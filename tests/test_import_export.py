@@ -173,7 +173,6 @@ def test_missing_file_and_uploaded_file_objects(db, tmp_path):
     assert [m["text"] for m in S.mentions(s, rep.batch_id)] == ["胆囊切除"]
 
 
-@pytest.mark.skipif(not (DEMO / "mentions.csv").exists(), reason="demo mentions not written yet")
 def test_demo_mentions_import_cleanly(db):
     s, vid = db
     with open(DEMO / "mentions.csv", encoding="utf-8") as f:
@@ -354,7 +353,6 @@ def test_unknown_gold_terms_are_kept_with_a_notice(db, tmp_path):
     assert (details["n_read"], details["n_rejected"]) == (4, 1)
 
 
-@pytest.mark.skipif(not hasattr(Term, "retired_edition"), reason="vocabulary editions (migration 0004) absent")
 def test_a_retired_gold_term_gets_the_notice(db, tmp_path):
     s, vid = db
     s.execute(update(Term).where(Term.vocabulary_id == vid, Term.name == "阑尾切除术").values(retired_edition=2))

@@ -14,7 +14,7 @@ import openpyxl
 import pytest
 
 from termnorm.errors import DataFormatError
-from termnorm.io import load_keywords, load_labelled, load_vocabulary, normalize_concept_id, sniff_format
+from termnorm.loaders import load_keywords, load_labelled, load_vocabulary, normalize_concept_id, sniff_format
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="shared data folder absent")

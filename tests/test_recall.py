@@ -309,7 +309,7 @@ def test_yidu_val_candidate_recall():
     sys.path.insert(0, str(ROOT))
     from benchmarks.recall import TUNED_K, build_strategies
     from termnorm.evaluate import candidate_recall
-    from termnorm.io import load_keywords, load_labelled, load_vocabulary
+    from termnorm.loaders import load_keywords, load_labelled, load_vocabulary
 
     vocab = load_vocabulary(DATA / "yidu-n7k" / "code.txt")
     history = load_labelled(DATA / "yidu-n7k" / "train.xlsx").mentions

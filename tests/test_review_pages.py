@@ -197,7 +197,7 @@ def test_a_new_edition_uploaded_on_the_editions_page_sends_the_broken_decisions_
     # AppTest cannot upload a file: the upload itself is driven in tests/test_decisions_browser.py; here the
     # import is the call the page makes with the uploaded file
     from db import editions
-    from termnorm.io import load_vocabulary
+    from termnorm.loaders import load_vocabulary
 
     with services.session_scope(url) as s:
         out = editions.import_edition(s, team["vid"], load_vocabulary(new_file, name="demo-procedures"), "2027",

@@ -16,7 +16,7 @@ import pytest
 from helpers import need
 
 from termnorm.engine import DEMO_ABBREVIATIONS, Engine, demo_vocabulary
-from termnorm.io import load_keywords, load_vocabulary
+from termnorm.loaders import load_keywords, load_vocabulary
 from termnorm.search import SearchHit, VocabularySearch, found_tag, is_code_like, nearest_note
 from termnorm.vocabulary import code_key
 

@@ -8,7 +8,7 @@ from helpers import need
 
 from db import serving, services
 from termnorm.engine import cold_start_domain, demo_vocabulary
-from termnorm.io import load_vocabulary
+from termnorm.loaders import load_vocabulary
 from termnorm.vocabulary import Vocabulary
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

@@ -410,7 +410,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 2
 
-    from termnorm.io import load_labelled, load_vocabulary
+    from termnorm.loaders import load_labelled, load_vocabulary
 
     t0 = time.perf_counter()
     vocab = load_vocabulary(args.vocab)

@@ -54,7 +54,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from termnorm.records import KEYWORD_KINDS, Candidate, KeywordSpan
+from termnorm.records import KEYWORD_KINDS, KeywordSpan
 
 # One added token per keyword kind a slot can watch.
 SLOT_TOKENS = {"site": "[PS]", "type": "[PT]", "nature": "[PN]", "approach": "[PA]", "laterality": "[PL]"}
@@ -306,13 +306,6 @@ class RankerModel:
             out.append(probs[i:i + len(cs)])
             i += len(cs)
         return out
-
-    def rerank(self, mention: str, candidates: list[Candidate]) -> list[Candidate]:
-        """Store ``scores["ranker"]`` on each candidate (order unchanged; fusion orders)."""
-        probs = self.score_pairs([mention] * len(candidates), [c.term for c in candidates])
-        for c, p in zip(candidates, probs):
-            c.scores["ranker"] = float(p)
-        return candidates
 
     # ---- speed ---------------------------------------------------------
     def quantize(self, which: str = "attention") -> "RankerModel":

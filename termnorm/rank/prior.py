@@ -38,7 +38,7 @@ def load_exported_ranker(path, tagger) -> dict | None:
     "diff_scorer", "state"}``; None when absent or unreadable (e.g. written by an incompatible scikit-learn)."""
     import joblib
 
-    from termnorm.lexrank import LexicalRanker, PairFeaturizer
+    from termnorm.gbm_ranker import LexicalRanker, PairFeaturizer
 
     if not path or not Path(path).exists():
         return None

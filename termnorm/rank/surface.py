@@ -1,6 +1,6 @@
 """A learned surface-difference scorer: which differences between a mention and a term a coder accepts.
 
-The GBM ranker (termnorm.lexrank) sees how much a mention and a candidate
+The GBM ranker (termnorm.gbm_ranker) sees how much a mention and a candidate
 overlap, not *what* differs. Coders' labels are full of systematic
 rewrites — 肿瘤 -> 病损, 造瘘 -> 造口, 活检 -> 活组织检查, ORIF -> 切开复位内固定
 — and of differences that are fatal although small (锁骨 for 髌骨, 大腿 for
@@ -40,7 +40,7 @@ import numpy as np
 from sklearn.feature_extraction.text import HashingVectorizer
 from sklearn.linear_model import LogisticRegression
 
-from termnorm.lexrank import SITE_TYPE
+from termnorm.gbm_ranker import SITE_TYPE
 from termnorm.text.normalize import normalize
 
 #: Cached texts per cache (mention and term keywords, normalized terms) before it is emptied.
@@ -104,7 +104,7 @@ class SurfaceDiffScorer:
         return got
 
     def _keywords(self, text: str) -> set[str]:
-        """Site / type / nature keywords (the GBM's keyword kinds, termnorm.lexrank.SITE_TYPE), normalized."""
+        """Site / type / nature keywords (the GBM's keyword kinds, termnorm.gbm_ranker.SITE_TYPE), normalized."""
         if self.tagger is None or not self.keywords:
             return set()
         return self._cached(self._kw_cache, text, lambda t: {normalize(sp.text) for sp in self.tagger.tag(t)

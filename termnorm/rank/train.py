@@ -356,7 +356,7 @@ def model_device_is_cpu() -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m termnorm.rank.train", description=__doc__.split("\n")[0])
-    ap.add_argument("--vocab", required=True, help="vocabulary file (any format termnorm.io reads)")
+    ap.add_argument("--vocab", required=True, help="vocabulary file (any format termnorm.loaders reads)")
     ap.add_argument("--train", required=True, help="labelled training mentions")
     ap.add_argument("--val", help="labelled validation mentions (top-1 over the candidates is reported)")
     ap.add_argument("--encoder", required=True,
@@ -401,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     from termnorm.encoder.provider import EncoderNotFoundError, resolve_encoder
-    from termnorm.io import load_labelled, load_vocabulary
+    from termnorm.loaders import load_labelled, load_vocabulary
 
     try:
         encoder_dir = resolve_encoder(args.encoder, progress=not args.quiet)

@@ -65,6 +65,6 @@ def keyword_abbreviations(keyword_dir, language: str) -> dict | None:
     p = Path(keyword_dir) / "abbreviations.json"
     if not p.exists():
         return None
-    from termnorm.io import load_keywords
+    from termnorm.loaders import load_keywords
 
     return load_keywords(keyword_dir).get("abbreviations") or None

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from termnorm.engine import Engine, demo_mentions, demo_vocabulary
-from termnorm.lexrank import (CONTEXT_KEYS, ENSEMBLE, N_PART_FEATURES, PairFeaturizer, SubspaceEnsemble,
+from termnorm.gbm_ranker import (CONTEXT_KEYS, ENSEMBLE, N_PART_FEATURES, PairFeaturizer, SubspaceEnsemble,
                               count_features, part_features)
 from termnorm.records import Candidate
 from termnorm.text.split import split_mention
