@@ -50,7 +50,7 @@ from benchmarks._results import write_json  # noqa: E402
 
 from termnorm.engine import Engine, evaluate_engine  # noqa: E402
 from termnorm.evaluate import evaluate_predictions  # noqa: E402
-from termnorm.io import load_labelled, load_vocabulary  # noqa: E402
+from termnorm.loaders import load_labelled, load_vocabulary  # noqa: E402
 
 #: vocabulary, train, test, then the shipped settings of the set
 SETS = {

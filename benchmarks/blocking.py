@@ -58,7 +58,7 @@ TARGET_RATIO = 2.0
 def setup_cdn(url: str, rows: int, n_coder: int) -> tuple[int, int, int, dict]:
     """The CHIP-CDN vocabulary, a coder batch of dev mentions with gold, and the big batch."""
     from db import services
-    from termnorm.io import load_labelled, load_vocabulary
+    from termnorm.loaders import load_labelled, load_vocabulary
 
     vocab = load_vocabulary(DATA / "chip-cdn" / "icd10_beijing_clinical_v601.xlsx", name=CDN_VOCABULARY)
     dev = [m for m in load_labelled(DATA / "chip-cdn" / "dev.json", vocab).mentions

@@ -129,7 +129,7 @@ def write_folds(name: str, data: str, out: str) -> list[Path]:
     import pandas as pd
 
     from benchmarks.accuracy import SETS
-    from termnorm.io import load_labelled, load_vocabulary
+    from termnorm.loaders import load_labelled, load_vocabulary
 
     vpath, trpath, tepath, _ = SETS[name]
     data = Path(data)
@@ -161,7 +161,7 @@ def run_fold(name: str, data: str, k: int, seed: int, rows: tuple[str, ...] = DE
     right or not, and the pair counts of micro-F1."""
     from benchmarks.accuracy import SETS
     from termnorm.engine import Engine
-    from termnorm.io import load_labelled, load_vocabulary
+    from termnorm.loaders import load_labelled, load_vocabulary
 
     vpath, trpath, tepath, settings = SETS[name]
     data = Path(data)

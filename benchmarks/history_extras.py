@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks._results import write_json  # noqa: E402
 
-from termnorm.io import load_labelled, load_vocabulary  # noqa: E402
+from termnorm.loaders import load_labelled, load_vocabulary  # noqa: E402
 from termnorm.recall.analogy import AnalogyRecaller  # noqa: E402
 from termnorm.recall.history import add_history_terms, coded_key  # noqa: E402
 from termnorm.text.normalize import normalize  # noqa: E402

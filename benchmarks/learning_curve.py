@@ -50,7 +50,7 @@ RESULTS = REPO / "benchmarks" / "results"
 
 
 def load_yidu(data: Path):
-    from termnorm.io import load_labelled, load_vocabulary
+    from termnorm.loaders import load_labelled, load_vocabulary
 
     vocab = load_vocabulary(data / "yidu-n7k" / "code.txt")
     train = load_labelled(data / "yidu-n7k" / "train.xlsx", vocab).mentions
@@ -290,7 +290,7 @@ def run_cold(set_name: str, order: str, args, data: Path, log) -> dict:
     from db import services as S
     from db.loader import PIPELINES
     from termnorm import active
-    from termnorm.io import load_labelled, load_vocabulary
+    from termnorm.loaders import load_labelled, load_vocabulary
     from termnorm.registry import Registry
     from db.retrain import retrain
 

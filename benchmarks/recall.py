@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks._results import write_json  # noqa: E402
 
 from termnorm.evaluate import candidate_recall, evaluate_predictions, pair_recall, recall_at_k  # noqa: E402
-from termnorm.io import load_keywords, load_labelled, load_vocabulary  # noqa: E402
+from termnorm.loaders import load_keywords, load_labelled, load_vocabulary  # noqa: E402
 from termnorm.recall.bm25 import BM25Recaller  # noqa: E402
 from termnorm.recall.exact import ContainedNameRecaller, ExactRecaller  # noqa: E402
 from termnorm.recall.history import HistoryRecaller, add_history_terms  # noqa: E402

@@ -28,7 +28,7 @@ from benchmarks._results import write_json  # noqa: E402
 from benchmarks.accuracy import SETS  # noqa: E402
 
 from termnorm.engine import Engine, evaluate_engine  # noqa: E402
-from termnorm.io import load_labelled, load_vocabulary  # noqa: E402
+from termnorm.loaders import load_labelled, load_vocabulary  # noqa: E402
 
 KEYS = ["accuracy", "micro_f1", "count_accuracy", "mentions_per_second"]
 

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks._results import write_json  # noqa: E402
 
 from termnorm.engine import Engine  # noqa: E402
-from termnorm.io import load_labelled, load_vocabulary  # noqa: E402
+from termnorm.loaders import load_labelled, load_vocabulary  # noqa: E402
 
 
 def pct(xs, q):

@@ -18,7 +18,7 @@ import streamlit as st
 from db import editions, services
 from pages import _ui
 from termnorm.errors import DataFormatError
-from termnorm.io import load_vocabulary
+from termnorm.loaders import load_vocabulary
 
 ctx = _ui.page("lead")
 if ctx.vocabulary_id is None:
