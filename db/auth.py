@@ -237,14 +237,29 @@ def _token_sha256(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-def create_session(s: Session, username: str) -> str:
-    """A new random session token for a user who has just signed in (only its SHA-256 is stored)."""
+def create_session(s: Session, username: str, hours: float | None = None) -> str:
+    """A new random session token for a user who has just signed in (only its SHA-256 is stored), valid for
+    ``hours`` (default :func:`session_hours`)."""
     u = _get(s, username)
     if u is None or u.disabled_at is not None:
         raise PermissionError(f"no enabled user {username!r}")
     token = secrets.token_urlsafe(32)
     s.add(UserSession(user_id=u.id, token_sha256=_token_sha256(token),
-                      expires_at=utcnow() + timedelta(hours=session_hours())))
+                      expires_at=utcnow() + timedelta(hours=hours if hours is not None else session_hours())))
+    s.commit()
+    return token
+
+
+#: Days an API token lasts unless the command says otherwise (a year: ETL jobs are set up once; revoke by
+#: disabling the account or with ``termnorm api-token --revoke``).
+API_TOKEN_DAYS = 365
+
+
+def create_api_token(s: Session, username: str, days: float = API_TOKEN_DAYS) -> str:
+    """A token for the normalization API (db.http_api) acting as ``username`` with that user's role; audited."""
+    token = create_session(s, username, hours=24 * days)
+    u = _get(s, username)
+    accounts.audit(s, u, "api_token_created", "user", u.id, {"days": days})
     s.commit()
     return token
 

@@ -206,6 +206,11 @@ def _text_cell(ws, text: str) -> WriteOnlyCell:
     return cell
 
 
+def jsonable_records(df: pd.DataFrame) -> list[dict]:
+    """A decisions frame as JSON-ready records (timestamps as ISO text, NaN as null, lists as lists)."""
+    return [_jsonable(r) for r in df.to_dict("records")]
+
+
 def _jsonable(r: dict) -> dict:
     out = {}
     for k, v in r.items():

@@ -123,12 +123,9 @@ def cmd_normalize(args) -> int:
 
 
 def _suggestion_json(s):
-    return {
-        "mention": s.mention, "chosen": s.chosen, "predicted_count": s.predicted_count,
-        "confidence": s.confidence, "model_version": s.model_version,
-        "keywords": [dict(start=k.start, end=k.end, kind=k.kind, text=k.text) for k in s.keywords],
-        "candidates": [dict(term=c.term, code=c.code, codes=c.codes, score=c.score, scores=c.scores) for c in s.candidates],
-    }
+    from termnorm.records import suggestion_dict
+
+    return suggestion_dict(s)
 
 
 def cmd_evaluate(args) -> int:
@@ -366,7 +363,7 @@ def main(argv=None) -> int:
     p.add_argument("--wait", action="store_true", help="wait for the background fits, printing their progress")
     p.set_defaults(func=cmd_load_data)
 
-    from termnorm.cli_admin import add_create_admin_arguments, cmd_create_admin
+    from termnorm.cli_admin import add_create_admin_arguments, add_server_commands, cmd_create_admin
 
     p = sub.add_parser("settings", help="the settings in force (environment, termnorm.toml) and the table of all")
     p.add_argument("--table", action="store_true", help="print every setting as a Markdown table")
@@ -374,6 +371,7 @@ def main(argv=None) -> int:
     p = sub.add_parser("create-admin", help="create the first admin of the review app")
     add_create_admin_arguments(p)
     p.set_defaults(func=cmd_create_admin)
+    add_server_commands(sub)
 
     args = ap.parse_args(argv)
     try:

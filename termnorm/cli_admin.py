@@ -71,6 +71,63 @@ def cmd_create_admin(args: argparse.Namespace) -> int:
     return create_admin(args.username, args.password_file, args.db)
 
 
+def add_server_commands(sub) -> None:
+    """``termnorm serve`` (the normalization API, db.http_api), ``termnorm api-token USER`` (its tokens) and
+    ``termnorm backup DEST`` (db.backup)."""
+    p = sub.add_parser("serve", help="start the normalization API (FastAPI; OpenAPI docs at /docs)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--db", help="SQLAlchemy URL (default: $TERMNORM_DB_URL, else the data directory's SQLite file)")
+    p.set_defaults(func=cmd_serve)
+    p = sub.add_parser("api-token", help="a token for the normalization API acting as USER (printed once)")
+    p.add_argument("username")
+    p.add_argument("--days", type=float, default=None, help="how long it lasts (default 365)")
+    p.add_argument("--db", help="SQLAlchemy URL (default: $TERMNORM_DB_URL, else the data directory's SQLite file)")
+    p.set_defaults(func=cmd_api_token)
+    p = sub.add_parser("backup", help="a consistent copy of the app's database while it runs (SQLite backup API; "
+                                      "pg_dump for PostgreSQL)")
+    p.add_argument("dest", help="the backup file to write (never overwritten)")
+    p.add_argument("--db", help="SQLAlchemy URL (default: $TERMNORM_DB_URL, else the data directory's SQLite file)")
+    p.set_defaults(func=cmd_backup)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import os
+
+    if args.db:
+        os.environ["TERMNORM_DB_URL"] = args.db
+    from db import http_api
+
+    return http_api.main(args.host, args.port)
+
+
+def cmd_api_token(args: argparse.Namespace) -> int:
+    """Print a new API token for ``args.username`` (only its SHA-256 is stored: it cannot be shown again)."""
+    from db import auth, services
+
+    try:
+        with services.session_scope(args.db) as s:
+            token = auth.create_api_token(s, args.username, args.days if args.days is not None
+                                          else auth.API_TOKEN_DAYS)
+    except PermissionError as e:
+        print(f"error: {e} (create the user on the Users page first)", file=sys.stderr)
+        return 2
+    print(token)
+    return 0
+
+
+def cmd_backup(args: argparse.Namespace) -> int:
+    from db import backup
+
+    try:
+        out = backup.backup(args.dest, args.db)
+    except (OSError, RuntimeError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"backed up {out['source']} to {out['file']} ({out['bytes']:,} bytes, {out['backend']})")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = add_create_admin_arguments(argparse.ArgumentParser(prog="termnorm create-admin", description=__doc__,
                                                            formatter_class=argparse.RawDescriptionHelpFormatter))

@@ -85,3 +85,9 @@ def test_no_function_with_too_many_parameters():
                 if n > MAX_ARGS:
                     wide.append(f"{_rel(p)}:{node.lineno} {node.name} ({n})")
     assert not wide, f"functions with more than {MAX_ARGS} parameters: {wide}"
+
+
+def test_the_readme_stays_short():
+    """The README is for users (issue 24: at most 15,000 characters); measurements go to docs/."""
+    n = len((REPO / "README.md").read_text(encoding="utf-8"))
+    assert 2_000 < n <= 15_000, n

@@ -1,0 +1,243 @@
+"""The normalization API: what the systems around the coders call (``termnorm serve``; FastAPI over uvicorn).
+
+Handlers only: every answer comes from the same services and serving engine as the app's pages (db.serving: the
+promoted model version on the edition in force, fed with every coded mention), so an ETL job and a coder see the
+same suggestion. OpenAPI documentation at ``/docs`` (and ``/openapi.json``).
+
+=========================================  ==================================================================
+``GET  /health``                           no token: ``{"status": "ok"}``
+``GET  /vocabularies``                     the vocabularies with their edition and code system
+``POST /normalize``                        one or many mentions -> ranked candidates with codes, scores,
+                                           keywords, predicted count, confidence (and its word), model version
+``GET  /decisions``                        the latest decision per mention (``batch_id``, ``mention``, ``limit``)
+``GET|POST /fhir/ConceptMap/$translate``   FHIR R5 ``$translate`` over the coded decisions (``sourceCode``, or
+                                           ``sourceCoding``; ``system`` = ``urn:termnorm:batch:<id>`` narrows it)
+=========================================  ==================================================================
+
+Authentication: ``Authorization: Bearer <token>``, a token made by ``termnorm api-token USER`` (stored as its
+SHA-256 like a browser's sign-in, db.auth) and answering with that user's role: reading needs ``coder``. A
+disabled account or a revoked / expired token gets 401.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Annotated
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from db import auth, exports, learning, serving, services
+from termnorm.records import suggestion_dict
+from termnorm.stats import band_of
+
+#: Mentions per /normalize call (an ETL sends batches; more belongs in a batch import and a background job).
+MAX_MENTIONS = 1000
+#: Mention length accepted (db.imports refuses longer mentions in files for the same reason).
+MAX_CHARS = 500
+
+app = FastAPI(title="termnorm", version="1", description=__doc__.split("\n\n")[0])
+
+
+# ------------------------------------------------------------------------------------- who is calling
+def caller(request: Request) -> dict:
+    """The user a bearer token signs in (401 without a valid one)."""
+    header = request.headers.get("authorization", "")
+    token = header[7:].strip() if header.lower().startswith("bearer ") else ""
+    with services.session_scope() as s:
+        user = auth.session_user(s, token)
+    if user is None:
+        raise HTTPException(401, "a valid token is needed: Authorization: Bearer <token> (termnorm api-token USER)",
+                            headers={"WWW-Authenticate": "Bearer"})
+    return user
+
+
+def role(needed: str):
+    def check(user: Annotated[dict, Depends(caller)]) -> dict:
+        if not auth.has_role(user["role"], needed):
+            raise HTTPException(403, f"this needs the {needed} role; {user['username']} is a {user['role']}")
+        return user
+    return check
+
+
+Coder = Annotated[dict, Depends(role("coder"))]
+
+
+# ------------------------------------------------------------------------------------- the serving engines
+class _Engines:
+    """One serving engine per (vocabulary, version, edition, history epoch), as the app caches them; a lock each
+    (an engine is not shared between threads while it answers)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._cache: dict[tuple, tuple[threading.Lock, object]] = {}
+
+    def get(self, vocabulary_id: int):
+        url = services.database_url()
+        key = (url, vocabulary_id, serving.serving_version(url, vocabulary_id), serving.edition(url, vocabulary_id),
+               serving.history_epoch(url, vocabulary_id))
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is None:
+                for old in [k for k in self._cache if k[:2] == key[:2]]:  # a promotion or new edition replaces it
+                    del self._cache[old]
+                hit = self._cache[key] = (threading.Lock(), serving.build_engine(url, vocabulary_id, key[2]))
+        return hit
+
+
+ENGINES = _Engines()
+
+
+def _vocabulary(name: str | None) -> dict:
+    with services.session_scope() as s:
+        vocabs = services.vocabularies(s)
+    if name is None and len(vocabs) == 1:
+        return vocabs[0]
+    found = next((v for v in vocabs if v["name"] == name), None)
+    if found is None:
+        known = ", ".join(v["name"] for v in vocabs) or "none loaded"
+        raise HTTPException(404 if name else 422, f"no vocabulary {name!r}; known: {known}" if name else
+                            f"name the vocabulary (known: {known})")
+    return found
+
+
+# ------------------------------------------------------------------------------------- routes
+@app.get("/health")
+def health() -> dict:
+    return {"status": "ok"}
+
+
+@app.get("/vocabularies")
+def vocabularies(user: Coder) -> list[dict]:
+    with services.session_scope() as s:
+        return [{"name": v["name"], "terms": v["n_terms"], "edition": v["edition"],
+                 "system": v["system_uri"] or services.code_system(v["name"])} for v in services.vocabularies(s)]
+
+
+class NormalizeRequest(BaseModel):
+    mentions: list[str] = Field(min_length=1, max_length=MAX_MENTIONS, examples=[["右侧甲状腺肿瘤切除术"]])
+    vocabulary: str | None = Field(None, description="vocabulary name (optional when only one is loaded)")
+    k: int = Field(10, ge=1, le=50, description="candidates returned per mention")
+
+
+@app.post("/normalize")
+def normalize(req: NormalizeRequest, user: Coder) -> dict:
+    long = [i for i, m in enumerate(req.mentions) if len(m) > MAX_CHARS or not m.strip()]
+    if long:
+        raise HTTPException(422, f"mentions {long[:10]} are empty or longer than {MAX_CHARS} characters")
+    vocab = _vocabulary(req.vocabulary)
+    lock, engine = ENGINES.get(vocab["id"])
+    with lock:
+        sugs = engine.suggest_batch(list(req.mentions), k=max(20, req.k))
+    bands = learning.serving_bands(None, vocab["id"])
+    out = []
+    for sug in sugs:
+        d = suggestion_dict(sug)
+        d["candidates"] = d["candidates"][:req.k]
+        band = band_of(sug.confidence, bands)
+        d["confidence_word"] = band["word"] if band else None
+        out.append(d)
+    return {"vocabulary": vocab["name"], "edition": vocab["edition"], "results": out}
+
+
+@app.get("/decisions")
+def decisions(user: Coder, batch_id: int | None = None, mention: str | None = None,
+              limit: Annotated[int, Query(ge=1, le=10_000)] = 1000) -> dict:
+    with services.session_scope() as s:
+        df = services.decisions_frame(s, batch_id)
+    if mention is not None:
+        df = df[df["mention"] == mention]
+    rows = exports.jsonable_records(df.head(limit))
+    return {"count": len(rows), "decisions": rows}
+
+
+# ------------------------------------------------------------------------------------- FHIR $translate
+def _parameters(params: list[dict]) -> JSONResponse:
+    return JSONResponse({"resourceType": "Parameters", "parameter": params}, media_type="application/fhir+json")
+
+
+def _outcome(status: int, text: str) -> JSONResponse:
+    return JSONResponse({"resourceType": "OperationOutcome", "issue": [
+        {"severity": "error", "code": "invalid" if status < 500 else "exception", "diagnostics": text}]},
+        status_code=status, media_type="application/fhir+json")
+
+
+def translate_parameters(code: str, system: str | None) -> list[dict]:
+    """The ``$translate`` output for a source code (a mention) over every coded decision: a ``match`` per target
+    of each element with that code (R5: relationship, concept, originMap); ``result`` says whether any match is
+    a mapping (a rejected mention is an element with ``noMap``: no match, result false)."""
+    with services.session_scope() as s:
+        cm = exports.fhir_concept_map(exports.jsonable_records(services.decisions_frame(s, None)))
+    want = exports.fhir_code(code)
+    matches, unmapped = [], 0
+    for group in cm.get("group", []):
+        if system and group["source"] != system:
+            continue
+        target_system, _, version = group["target"].partition("|")
+        for el in group["element"]:
+            if el["code"] != want:
+                continue
+            if el.get("noMap"):
+                unmapped += 1
+            for t in el.get("target", []):
+                coding = {"system": target_system, "code": t["code"], "display": t["display"]}
+                if version:
+                    coding["version"] = version
+                part = [{"name": "relationship", "valueCode": t["relationship"]},
+                        {"name": "concept", "valueCoding": coding},
+                        {"name": "originMap", "valueCanonical": cm["url"]}]
+                matches.append({"name": "match", "part": part})
+    result = any(m["part"][0]["valueCode"] != "not-related-to" for m in matches)
+    if result:
+        message = f"{len(matches)} target(s) for {want!r}"
+    elif unmapped:
+        message = f"{want!r} was coded as unmappable (no term of the vocabulary fits)"
+    else:
+        message = f"no coded decision for {want!r}"
+    return [{"name": "result", "valueBoolean": result}, {"name": "message", "valueString": message}, *matches]
+
+
+@app.get("/fhir/ConceptMap/$translate")
+def translate_get(user: Coder, sourceCode: str | None = None, system: str | None = None):  # noqa: N803 - FHIR names
+    if not sourceCode:
+        return _outcome(400, "sourceCode is required (the mention text), e.g. ?sourceCode=右侧甲状腺肿瘤切除术")
+    return _parameters(translate_parameters(sourceCode, system))
+
+
+@app.post("/fhir/ConceptMap/$translate")
+async def translate_post(request: Request, user: Coder):
+    """A FHIR ``Parameters`` body with ``sourceCode`` (valueCode) or ``sourceCoding`` (valueCoding: code, system)."""
+    try:
+        body = await request.json()
+    except ValueError:
+        return _outcome(400, "the body is not JSON (a FHIR Parameters resource)")
+    if not isinstance(body, dict) or body.get("resourceType") != "Parameters":
+        return _outcome(400, "the body must be a FHIR Parameters resource")
+    code = system = None
+    for p in body.get("parameter", []):
+        if p.get("name") == "sourceCode":
+            code = p.get("valueCode")
+        elif p.get("name") == "sourceCoding":
+            coding = p.get("valueCoding") or {}
+            code, system = coding.get("code"), coding.get("system")
+        elif p.get("name") == "system":
+            system = p.get("valueUri")
+    if not code:
+        return _outcome(400, "a sourceCode or sourceCoding parameter is required")
+    return await _in_thread(translate_parameters, code, system)
+
+
+async def _in_thread(fn, *args):
+    from starlette.concurrency import run_in_threadpool
+
+    return _parameters(await run_in_threadpool(fn, *args))
+
+
+def main(host: str = "127.0.0.1", port: int = 8000) -> int:
+    """``termnorm serve``: the API on ``host:port`` (uvicorn; one process; put it behind the hospital's TLS proxy)."""
+    import uvicorn
+
+    services.init_db(services.database_url())  # migrate before the first request, as the app does
+    uvicorn.run(app, host=host, port=port, log_level="info")
+    return 0

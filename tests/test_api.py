@@ -1,0 +1,148 @@
+"""The normalization API for real: ``termnorm serve`` (uvicorn) on a loopback port over a seeded database, called
+over HTTP with tokens made by ``termnorm api-token``; the FHIR answers validated with fhir.resources."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import browser  # free_port, wait_http, stop
+
+REPO = Path(__file__).resolve().parents[1]
+MENTION = "右侧甲状腺肿瘤切除术"
+
+
+def _call(base: str, path: str, token: str | None = None, body=None, method: str | None = None):
+    """(status, parsed JSON) of one request."""
+    data = json.dumps(body, ensure_ascii=False).encode("utf-8") if body is not None else None
+    req = urllib.request.Request(base + path, data=data, method=method or ("POST" if data else "GET"))
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+def _cli(*args, env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "termnorm.cli", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.fixture
+def api(db_url, tmp_path, fast_bcrypt):
+    """The demo data with two decisions (one coded, one rejected), a coder, a disabled user, and the API."""
+    from db import auth, services
+    from db.engine_holder import seed_demo
+
+    with services.session_scope(db_url) as s:
+        bid = seed_demo(s)[0]
+        services.ensure_user(s, "boss", role="admin")
+        services.ensure_user(s, "cora", role="coder")
+        services.ensure_user(s, "gone", role="coder")
+        rows = services.mentions(s, bid)
+        services.record_decision(s, rows[0]["id"], "cora", "correct", ["甲状腺病损切除术"])
+        services.record_decision(s, rows[1]["id"], "cora", "reject")
+        coded, rejected = rows[0]["text"], rows[1]["text"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(TERMNORM_DB_URL=db_url, PYTHONPATH=str(REPO))
+    tokens = {}
+    for user in ("cora", "gone"):
+        r = _cli("api-token", user, env=env)
+        assert r.returncode == 0, r.stderr
+        tokens[user] = r.stdout.strip()
+    assert _cli("api-token", "nobody", env=env).returncode == 2
+    with services.session_scope(db_url) as s:
+        auth.set_disabled(s, "boss", "gone", True)
+    port = browser.free_port()
+    log = tmp_path / "api.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "termnorm.cli", "serve", "--port", str(port)], cwd=REPO,
+                                env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            try:
+                browser.wait_http(f"http://127.0.0.1:{port}/health", 120, proc)
+            except (TimeoutError, RuntimeError) as e:
+                pytest.fail(f"{e}\n{log.read_text(errors='replace')[-3000:]}")
+            yield {"base": f"http://127.0.0.1:{port}", "token": tokens["cora"], "disabled": tokens["gone"],
+                   "coded": coded, "rejected": rejected, "batch": bid}
+        finally:
+            browser.stop(proc)
+
+
+def test_normalize_answers_as_the_app_serves(api):
+    status, out = _call(api["base"], "/normalize", api["token"],
+                        {"mentions": [MENTION, "胆囊切除术"], "vocabulary": "demo-procedures", "k": 5})
+    assert status == 200, out
+    assert out["vocabulary"] == "demo-procedures" and len(out["results"]) == 2
+    first = out["results"][0]
+    assert first["mention"] == MENTION and first["chosen"] == ["甲状腺病损切除术"]
+    assert first["predicted_count"] == 1 and 0 < first["confidence"] <= 1
+    assert first["model_version"].startswith("pretrained:")  # the shipped model serves: nothing promoted
+    top = first["candidates"][0]
+    assert len(first["candidates"]) == 5 and top["term"] == "甲状腺病损切除术" and top["code"] == top["codes"][0]
+    assert {k["kind"] for k in first["keywords"]} >= {"site", "type"}
+    # a coded mention is answered from the coders' history, as on the coding page
+    status, out = _call(api["base"], "/normalize", api["token"], {"mentions": [api["coded"]],
+                                                                  "vocabulary": "demo-procedures"})
+    assert status == 200 and out["results"][0]["chosen"] == ["甲状腺病损切除术"]
+
+
+def test_tokens_and_bad_requests_get_clear_answers(api):
+    body = {"mentions": [MENTION], "vocabulary": "demo-procedures"}
+    assert _call(api["base"], "/normalize", None, body)[0] == 401
+    assert _call(api["base"], "/normalize", "not-a-token", body)[0] == 401
+    assert _call(api["base"], "/normalize", api["disabled"], body)[0] == 401  # account disabled after issue
+    status, out = _call(api["base"], "/normalize", api["token"], {"mentions": [MENTION], "vocabulary": "icd-99"})
+    assert status == 404 and "demo-procedures" in out["detail"]
+    status, out = _call(api["base"], "/normalize", api["token"], {"mentions": [MENTION]})
+    assert status == 422 and "name the vocabulary" in out["detail"]  # two are loaded
+    status, out = _call(api["base"], "/normalize", api["token"], {"mentions": ["x" * 501], "vocabulary": "demo-procedures"})
+    assert status == 422 and "500" in out["detail"]
+    status, out = _call(api["base"], "/normalize", api["token"], {"mentions": []})
+    assert status == 422
+    assert _call(api["base"], "/health")[0] == 200
+    status, spec = _call(api["base"], "/openapi.json")
+    assert status == 200 and {"/normalize", "/decisions", "/fhir/ConceptMap/$translate"} <= set(spec["paths"])
+
+
+def test_decisions_and_fhir_translate(api):
+    from fhir.resources.parameters import Parameters
+
+    status, out = _call(api["base"], f"/decisions?batch_id={api['batch']}", api["token"])
+    assert status == 200 and out["count"] == 2
+    by_text = {d["mention"]: d for d in out["decisions"]}
+    assert by_text[api["coded"]]["terms"] == ["甲状腺病损切除术"] and by_text[api["rejected"]]["action"] == "reject"
+
+    q = urllib.parse.urlencode({"sourceCode": api["coded"]})
+    status, out = _call(api["base"], f"/fhir/ConceptMap/$translate?{q}", api["token"])
+    assert status == 200
+    p = Parameters.model_validate(out)  # a valid FHIR R5 Parameters resource
+    params = {x.name: x for x in p.parameter}
+    assert params["result"].valueBoolean is True
+    match = next(x for x in p.parameter if x.name == "match")
+    part = {x.name: x for x in match.part}
+    assert part["relationship"].valueCode == "equivalent"
+    assert part["concept"].valueCoding.display == "甲状腺病损切除术" and part["concept"].valueCoding.code == "06.3100"
+
+    body = {"resourceType": "Parameters", "parameter": [{"name": "sourceCode", "valueCode": api["rejected"]}]}
+    status, out = _call(api["base"], "/fhir/ConceptMap/$translate", api["token"], body)
+    assert status == 200
+    assert out["parameter"][0] == {"name": "result", "valueBoolean": False}
+    assert "unmappable" in out["parameter"][1]["valueString"]
+    status, out = _call(api["base"], "/fhir/ConceptMap/$translate?sourceCode=never-coded", api["token"])
+    assert status == 200 and out["parameter"][0]["valueBoolean"] is False and "no coded decision" in \
+        out["parameter"][1]["valueString"]
+    status, out = _call(api["base"], "/fhir/ConceptMap/$translate", api["token"], {"resourceType": "Patient"})
+    assert status == 400 and out["resourceType"] == "OperationOutcome"
