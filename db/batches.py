@@ -244,3 +244,50 @@ def claimed_by_others(s: Session, batch_id: int, username: str) -> int:
     return s.scalar(select(func.count()).select_from(Mention).where(
         Mention.batch_id == batch_id, Mention.claimed_by.is_not(None), Mention.claimed_by != username,
         Mention.claimed_at >= cutoff, Mention.status.not_in(FINAL_STATUSES))) or 0
+
+
+def release_claim(s: Session, mention_id: int, username: str) -> bool:
+    """The coder leaves a mention undecided (signs out, switches batch): their claim on it is dropped at once
+    instead of lapsing after CLAIM_MINUTES (committed). False when they held no claim on it."""
+    n = s.execute(update(Mention).where(Mention.id == mention_id, Mention.claimed_by == username)
+                  .values(claimed_by=None, claimed_at=None)).rowcount
+    s.commit()
+    return bool(n)
+
+
+def claims(s: Session, batch_id: int) -> list[dict]:
+    """Who holds which open mention of the batch now (a lead's view), oldest claim first."""
+    cutoff = utcnow() - timedelta(minutes=CLAIM_MINUTES)
+    q = (select(Mention.id, Mention.position, Mention.text, Mention.claimed_by, Mention.claimed_at)
+         .where(Mention.batch_id == batch_id, Mention.claimed_by.is_not(None), Mention.claimed_at >= cutoff,
+                Mention.status.not_in(FINAL_STATUSES)).order_by(Mention.claimed_at))
+    return [{"mention_id": i, "position": p, "text": t, "coder": c, "since": _aware(at)} for i, p, t, c, at in s.execute(q)]
+
+
+def release_claims(s: Session, lead: str, batch_id: int, coder: str | None = None) -> int:
+    """A lead frees the open mentions of a batch held by ``coder`` (None: by anyone), e.g. a coder who left for
+    the day; audited; returns how many were released."""
+    from db import auth
+
+    user = auth.require(s, lead, "lead")
+    q = update(Mention).where(Mention.batch_id == batch_id, Mention.claimed_by.is_not(None),
+                              Mention.status.not_in(FINAL_STATUSES))
+    if coder is not None:
+        q = q.where(Mention.claimed_by == coder)
+    n = s.execute(q.values(claimed_by=None, claimed_at=None)).rowcount
+    audit(s, user, "release_claims", "batch", batch_id, {"coder": coder, "released": n})
+    s.commit()
+    return int(n or 0)
+
+
+def claim(s: Session, mention_id: int, username: str) -> bool:
+    """Claim one open mention for ``username`` now (committed): free, already theirs, or a lapsed claim. False
+    when a colleague holds it or it has a final decision -- so a lead who was only looking, then acts, takes
+    the mention the way a coder's page load does, and a second click after the decision is refused."""
+    now = utcnow()
+    cutoff = now - timedelta(minutes=CLAIM_MINUTES)
+    free = Mention.claimed_by.is_(None) | (Mention.claimed_by == username) | (Mention.claimed_at < cutoff)
+    n = s.execute(update(Mention).where(Mention.id == mention_id, Mention.status.not_in(FINAL_STATUSES), free)
+                  .values(claimed_by=username, claimed_at=now)).rowcount
+    s.commit()
+    return bool(n)

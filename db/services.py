@@ -41,7 +41,11 @@ from db.batches import (
     REREVIEW,
     batch_progress,
     batches,
+    claim,
     claimed_by_others,
+    claims,
+    release_claim,
+    release_claims,
     create_batch,
     import_mentions,
     mention,
@@ -97,7 +101,7 @@ __all__ = [
     "user_synonyms", "vocabularies", "vocabulary_from_db", "vocabulary_id",
     # db.batches
     "CLAIM_MINUTES", "FINAL_STATUSES", "OPEN_STATUSES", "ORDERS", "REREVIEW", "batch_progress", "batches",
-    "claimed_by_others", "create_batch", "import_mentions", "mention", "mentions", "next_mention",
+    "claim", "claimed_by_others", "claims", "release_claim", "release_claims", "create_batch", "import_mentions", "mention", "mentions", "next_mention",
     # db.suggestions
     "latest_suggestion", "latest_suggestion_versions", "store_suggestion", "store_suggestions",
     # db.decisions

@@ -10,6 +10,7 @@ displayed as text. ``md`` escapes user text for Streamlit's Markdown.
 from __future__ import annotations
 
 import html
+import json
 import re
 
 from termnorm.records import KEYWORD_KINDS, Candidate, KeywordSpan
@@ -215,3 +216,37 @@ def md(text) -> str:
     see \[x\]\(http://e\.x\) \*now\*
     """
     return _MARKDOWN.sub(r"\\\1", " ".join(str(text).splitlines()))
+
+
+#: The browser's half of the coding page's dwell rule (pages/coding_queue.py MIN_GAP_S): the server measures
+#: from when it drew a mention to when it runs the click, so a loaded server can run late a key pressed 0.1 s
+#: after the page changed. In the page itself (a script added once to the app's document, outside the
+#: component's frame), every key press that is not typing and every click on a main-area button within
+#: MIN_MS of the mention on screen changing is dropped before Streamlit sees it.
+_DWELL_GUARD = """
+(function () {
+  const w = window;
+  if (w.__tnDwell) { w.__tnDwell.ms = MIN_MS; return; }
+  const g = w.__tnDwell = {ms: MIN_MS, id: null, shownAt: 0};
+  const onScreen = () => { const el = document.querySelector('.st-key-_on_screen input'); return el ? el.value : null; };
+  setInterval(() => { const v = onScreen(); if (v !== g.id) { g.id = v; g.shownAt = Date.now(); } }, 20);
+  const early = () => g.id !== null && Date.now() - g.shownAt < g.ms;
+  document.addEventListener('keydown', (e) => {
+    const t = e.target;
+    if (t && (t.tagName === 'INPUT' || t.tagName === 'TEXTAREA' || t.isContentEditable)) return;
+    if (early()) { e.stopImmediatePropagation(); e.preventDefault(); }
+  }, true);
+  document.addEventListener('click', (e) => {
+    const b = e.target && e.target.closest && e.target.closest('[data-testid="stMain"] button');
+    if (b && early()) { e.stopImmediatePropagation(); e.preventDefault(); }
+  }, true);
+})();
+"""
+
+
+def dwell_guard_html(min_seconds: float) -> str:
+    """A zero-height component's HTML that installs :data:`_DWELL_GUARD` in the app's document (same origin)."""
+    code = _DWELL_GUARD.replace("MIN_MS", str(int(round(min_seconds * 1000))))
+    return ("<script>const d = window.parent.document; if (!window.parent.__tnDwell) {"
+            " const s = d.createElement('script'); s.textContent = " + json.dumps(code) + "; d.head.appendChild(s); }"
+            " else { window.parent.__tnDwell.ms = " + str(int(round(min_seconds * 1000))) + "; }</script>")

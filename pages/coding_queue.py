@@ -14,9 +14,10 @@ are shown other mentions (``db.services.next_mention``).
 import time
 
 import streamlit as st
+import streamlit.components.v1 as components
 
-from db import learning, review, services
-from pages import _ui
+from db import auth, learning, review, services
+from pages import _markup, _ui
 from termnorm import settings
 
 SHOWN = _ui.SHOWN
@@ -48,10 +49,13 @@ if ctx.vocabulary_id is None or ctx.batch_id is None:
     st.stop()
 
 holder = ctx.holder()
+# a lead or admin passing by only looks: the mention is claimed (kept from colleagues) when they act on it
+user = _ui.current_user()
+passing_by = bool(user) and auth.has_role(user["role"], "lead")
 with _ui.session() as s:
     batch = next(b for b in services.batches(s, ctx.vocabulary_id) if b["id"] == ctx.batch_id)
     done, total = services.batch_progress(s, ctx.batch_id)
-    current = services.next_mention(s, ctx.batch_id, ctx.username)
+    current = services.next_mention(s, ctx.batch_id, ctx.username, claim=not passing_by)
     others = services.claimed_by_others(s, ctx.batch_id, ctx.username)
     sug = holder.suggestion(s, current["id"], current["text"]) if current else None
 
@@ -133,6 +137,12 @@ def _decide(mention_id: int, action: str, terms=(), comment: str = "", codes=Non
                              "press again if you meant it.")
         return
     relationship = st.session_state.get(rel_key) if terms else None
+    if passing_by:
+        with _ui.session() as s:
+            if not services.claim(s, mention_id, ctx.username):
+                _forget(mention_id)
+                _ui.flash("warning", "Ignored: a colleague has this mention on screen, or it was decided meanwhile.")
+                return
     try:
         _ui.decide(ctx, mention_id, text, action, terms, comment, shown=SHOWN, codes=codes,
                    relationship=relationship)
@@ -335,6 +345,8 @@ with st.expander("Teach a synonym: this mention (or part of it) is another name 
 st.session_state[f"drawn_at_{mid}"] = time.time()
 st.session_state[ON_SCREEN] = str(mid)
 st.text_input("mention on screen", key=ON_SCREEN, label_visibility="collapsed")
+if MIN_GAP_S > 0:  # the same rule in the browser, where the key press happens (pages/_markup.py _DWELL_GUARD)
+    components.html(_markup.dwell_guard_html(MIN_GAP_S), height=0)
 
 # ---------------------------------------------------------------- prepare the next mentions (page already drawn)
 prepared_key = "_prepared"

@@ -32,6 +32,30 @@ st.caption("Every decision has a mapping status: **unchecked** (a coder's, not r
            + ("Self-approval is allowed by an admin." if self_ok else
               "Nobody approves their own decisions (an admin can allow it on the Users page)."))
 
+# ---------------------------------------------------------------- who holds what (the sidebar's batch)
+def on_release(coder: str) -> None:
+    try:
+        with _ui.session() as s:
+            n = services.release_claims(s, ctx.username, ctx.batch_id, coder)
+    except PermissionError as e:
+        _ui.flash("error", f"Not released: {e}")
+        return
+    _ui.flash("success", f"released {n} mention(s) {coder} held: they are back in the queue")
+
+
+if ctx.batch_id is not None:
+    with _ui.session() as s:
+        held = services.claims(s, ctx.batch_id)
+    if held:
+        with st.expander(f"{len(held)} open mention(s) of this batch are on coders' screens now"):
+            st.dataframe(pd.DataFrame({"coder": [h["coder"] for h in held], "#": [h["position"] for h in held],
+                                       "mention": [h["text"] for h in held], "since": [h["since"] for h in held]}),
+                         hide_index=True, width="stretch")
+            st.caption(f"A claim lapses by itself after {services.CLAIM_MINUTES} minutes; release one now when its "
+                       "coder has left (the mention goes back to the queue, nothing decided is touched).")
+            for i, coder in enumerate(sorted({h["coder"] for h in held})):
+                st.button(f"Release {coder}'s mentions", key=f"rv_release_{i}", on_click=on_release, args=(coder,))
+
 # ---------------------------------------------------------------- filters
 batches = {b["id"]: b["name"] for b in batch_list}
 f = st.columns([2, 2, 2, 2])

@@ -237,6 +237,8 @@ def test_a_key_pressed_while_another_batch_opens_decides_nothing_unseen(app, pag
     page.goto(app["base"] + "/")
     page.wait_for_selector("table.tn-cands")
     settle(page)
+    # the browser's half of the dwell rule is in the page (pages/_markup.py _DWELL_GUARD), set to MIN_GAP_S
+    assert page.evaluate("window.__tnDwell && window.__tnDwell.ms") == 400
     for delay in (50, 100, 150, 200):
         page.locator("[data-testid=stSidebar] input[aria-label='Batch']").click()
         page.get_by_role("option", name=re.compile("two codes")).click()

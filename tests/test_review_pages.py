@@ -221,3 +221,24 @@ def test_a_new_edition_uploaded_on_the_editions_page_sends_the_broken_decisions_
     assert retired not in options and renamed not in options and renamed + "（新名）" in options
     # the decisions that kept their term are untouched
     assert all(latest(url, m)["review_status"] == "unchecked" for m, t in zip(done, terms) if t in keep)
+
+
+def test_a_lead_sees_who_holds_what_and_releases_it(team):
+    url = team["url"]
+    at_zhang = app_as("zhang")  # the coding page claims the mention on zhang's screen
+    held = on_screen(at_zhang)
+    with services.session_scope(url) as s:
+        assert [(c["coder"], c["mention_id"]) for c in services.claims(s, team["bid"])] == [("zhang", held)]
+        with pytest.raises(PermissionError):
+            services.release_claims(s, "liu", team["bid"], "zhang")  # a coder cannot free a colleague's mention
+    at = app_as("lead1", "review.py")
+    assert any("1 open mention(s) of this batch are on coders' screens now" in e.label for e in at.expander)
+    at.button(key="rv_release_0").click()
+    run(at)
+    with services.session_scope(url) as s:
+        assert services.claims(s, team["bid"]) == []
+        log = services.audit_frame(s)
+        assert "release_claims" in set(log["action"])
+    # the released mention is served to the next coder who asks
+    with services.session_scope(url) as s:
+        assert services.next_mention(s, team["bid"], "liu")["id"] == held
