@@ -1,6 +1,7 @@
 # Two commands on a fresh machine:  `make app`  (the coding app on the embedded demo data)
 #                                   `make test` (the whole test suite)
 PY ?= python3
+PORT ?= 8501
 STAMP := .installed
 
 $(STAMP): pyproject.toml
@@ -23,7 +24,7 @@ install: $(STAMP)
 # the demo runs as a single coder without sign-in; with TERMNORM_AUTH=on (or `termnorm app`) sign-in and roles
 # apply: create the first admin with `termnorm create-admin NAME`
 app: $(STAMP)
-	TERMNORM_AUTH=$${TERMNORM_AUTH:-off} $(PY) -m streamlit run app.py --server.headless true
+	TERMNORM_AUTH=$${TERMNORM_AUTH:-off} $(PY) -m streamlit run app.py --server.headless true --server.port $(PORT)
 
 test: $(STAMP)
 	$(PY) -m pytest -q

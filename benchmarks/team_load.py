@@ -78,8 +78,11 @@ def _coder(url: str, vid: int, bid: int, gold: dict, name: str, decisions: int, 
         sug = holder.suggestion(s, cur["id"], cur["text"]) if cur else None
     while cur is not None and len(ids) < decisions:
         t_read = time.perf_counter() + rng.uniform(0, think)  # reading the mention; meanwhile, as the page does
-        with services.session_scope(url) as s:  # after drawing it (_ui.prepare_in_background), the next ones
-            holder.prepare(s, bid, cur["id"], PREPARE_AHEAD)
+        try:
+            with services.session_scope(url) as s:  # after drawing it (_ui.prepare_in_background), the next ones
+                holder.prepare(s, bid, cur["id"], PREPARE_AHEAD)
+        except Exception as e:  # noqa: BLE001 - as in the app: a failed prepare only means computing on demand
+            errors.append(f"prepare: {type(e).__name__}: {e}"[:200])
         time.sleep(max(0.0, t_read - time.perf_counter()))
         t0 = time.perf_counter()
         terms = gold[cur["text"]]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from db.accounts import audit, get_or_create_user
+from db.accounts import acting_user, audit
 from db.models import ABBREVIATION_SOURCES, NAME_LEN, Abbreviation, User, Vocabulary
 
 ABBREVIATION_LEN = 100  # the column's length (db.models.Abbreviation.abbreviation)
@@ -48,7 +48,7 @@ def add_abbreviation(s: Session, vocabulary_id: int | None, abbreviation: str, e
                                           func.lower(Abbreviation.abbreviation) == abbreviation.lower())
     if s.scalar(known.limit(1)) is not None:
         return False
-    user = get_or_create_user(s, username)
+    user = acting_user(s, username)
     row = Abbreviation(vocabulary_id=vocabulary_id, abbreviation=abbreviation, expansion=expansion, source=source,
                        added_by_id=user.id)
     s.add(row)
@@ -62,7 +62,7 @@ def add_abbreviation(s: Session, vocabulary_id: int | None, abbreviation: str, e
 def import_list(s: Session, vocabulary_id: int | None, pairs, username: str) -> int:
     """Store an abbreviation list file's pairs (source ``list``) in one transaction; returns how many were new."""
     have = {(a.lower(), e) for a, e in abbreviations(s, vocabulary_id)}
-    user = get_or_create_user(s, username)
+    user = acting_user(s, username)
     new = []
     for abbreviation, expansion in pairs:
         abbreviation, expansion = str(abbreviation).strip(), str(expansion).strip()

@@ -31,6 +31,15 @@ def get_or_create_user(s: Session, username: str, role: str = "coder") -> User:
     return u
 
 
+def acting_user(s: Session, username: str) -> User:
+    """The user a write is done by (:func:`get_or_create_user`), refused when the account is disabled: a page
+    left open after an admin disabled it saves nothing (PermissionError, nothing written)."""
+    u = get_or_create_user(s, username)
+    if u.disabled_at is not None:
+        raise PermissionError(f"user {u.username!r} is disabled: nothing saved")
+    return u
+
+
 def ensure_user(s: Session, username: str, role: str = "coder") -> User:
     """The user ``username``, created with ``role`` if new (an existing user's role is kept)."""
     u = get_or_create_user(s, username, role)

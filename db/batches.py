@@ -12,7 +12,7 @@ from sqlalchemy import case, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from db import imports as dbio
-from db.accounts import audit, get_or_create_user
+from db.accounts import acting_user, audit
 from db.models import Batch, Decision, Mention, Term, User, Vocabulary as VocabularyRow, utcnow
 from termnorm.errors import DataFormatError
 from termnorm.records import LabelledMention
@@ -44,7 +44,7 @@ def create_batch(s: Session, name: str, vocabulary_id: int, mentions: Sequence[s
         problem = dbio.validate_mention(m.text)
         if problem:
             raise DataFormatError(source_file or name, m.row or i, problem)
-    user = get_or_create_user(s, username) if username else None
+    user = acting_user(s, username) if username else None
     b = Batch(name=name, vocabulary_id=vocabulary_id, source_file=source_file,
               created_by_id=user.id if user else None)
     s.add(b)
@@ -82,7 +82,7 @@ def import_mentions(s: Session, path, batch_name: str, vocabulary_id: int,
                                        source_file=read.file)
         report.n_imported = len(read.good)
     if report.errors or report.notices:
-        user = get_or_create_user(s, username) if username else None
+        user = acting_user(s, username) if username else None
         audit(s, user, "import_problems", "batch", report.batch_id,
               {"file": read.file, "n_read": report.n_read, "n_ok": report.n_imported,
                "n_rejected": report.n_rejected, "problems": [list(e) for e in report.errors[:200]],
@@ -172,6 +172,10 @@ def mentions(s: Session, batch_id: int, status: str | Sequence[str] | None = Non
     return [_mention_dict(m) for m in s.scalars(q)]
 
 
+#: Claim attempts of one next_mention call, and how far down the free mentions a retry looks.
+CLAIM_ATTEMPTS, CLAIM_SPREAD = 60, 12
+
+
 def next_mention(s: Session, batch_id: int, username: str, order: str = "file", claim: bool = True) -> dict | None:
     """The mention to review next, or None when the batch is finished.
 
@@ -196,7 +200,7 @@ def next_mention(s: Session, batch_id: int, username: str, order: str = "file", 
         raise ValueError(f"unknown order {order!r}; expected one of {', '.join(ORDERS)}")
     role = s.scalar(select(User.role).where(User.username == username))
     later = ("skipped", "flagged") if role in ("lead", "admin") else ("skipped",)
-    for _ in range(5):  # another coder may claim the same mention between our read and our write
+    for attempt in range(CLAIM_ATTEMPTS):  # another coder may claim the same mention between our read and write
         now = utcnow()
         cutoff = now - timedelta(minutes=CLAIM_MINUTES)
         mine = (Mention.claimed_by == username) & (Mention.claimed_at >= cutoff)
@@ -210,15 +214,23 @@ def next_mention(s: Session, batch_id: int, username: str, order: str = "file", 
                     Mention.claimed_at)
              .where(Mention.batch_id == batch_id, Mention.status.in_((REREVIEW,) + OPEN_STATUSES + later), free)
              .order_by(*keys, Mention.position).limit(1))
-        r = s.execute(q).first()
+        # after a lost race, the next free mentions in turn: twenty coders asking at once would otherwise all
+        # race for the same first one (benchmarks/team_load.py: some were told the batch was finished)
+        skip = attempt % CLAIM_SPREAD
+        r = s.execute(q.offset(skip)).first()
         if r is None:
-            return None
+            if skip == 0:
+                return None  # nothing free at all
+            continue
         out = {"id": r.id, "text": r.text, "position": r.position, "status": r.status}
         fresh = now - timedelta(minutes=CLAIM_MINUTES / 2)
         if not claim or (r.claimed_by == username and _aware(r.claimed_at) >= fresh):
             return out  # looking only, or our own claim is recent: no write on every redraw
         try:
-            won = s.execute(update(Mention).where(Mention.id == r.id, free)
+            # still free AND still open: a colleague may have decided it since the read (their decision frees
+            # the claim), and claiming it then would serve a decided mention (benchmarks/team_load.py, 20 coders)
+            won = s.execute(update(Mention).where(Mention.id == r.id, free,
+                                                  Mention.status.in_((REREVIEW,) + OPEN_STATUSES + later))
                             .values(claimed_by=username, claimed_at=now)).rowcount
             if won:  # one claim per coder and batch: the mention left behind is free again
                 s.execute(update(Mention).where(Mention.batch_id == batch_id, Mention.id != r.id,

@@ -16,7 +16,7 @@ import pandas as pd
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
-from db.accounts import audit, get_or_create_user
+from db.accounts import acting_user, audit
 from db.models import (
     DECISION_ACTIONS,
     RELATIONSHIPS,
@@ -122,11 +122,14 @@ def record_decision(s: Session, mention_id: int, username: str, action: str, ter
                 if m is None:
                     raise KeyError(f"no mention {mention_id}")
                 raise NotYourMention(_not_yours(s, m))
-        m = s.get(Mention, mention_id, with_for_update=True)  # serialises decisions on PostgreSQL
+        # serialises decisions on PostgreSQL; NO KEY UPDATE (the key is never changed), so it does not wait on the
+        # KEY SHARE locks that storing a suggestion for this mention takes, which deadlocked a decision with
+        # another coder's prepare step (benchmarks/team_load.py: the row lock each wanted from the other)
+        m = s.get(Mention, mention_id, with_for_update={"key_share": True})
         if m is None:
             raise KeyError(f"no mention {mention_id}")
         vocab_id = m.batch.vocabulary_id
-        user = get_or_create_user(s, username)
+        user = acting_user(s, username)
         sug = latest_suggestion_row(s, mention_id)
         if action == "accept" and not terms:
             if sug is None or not sug.chosen:

@@ -188,7 +188,7 @@ def _write_first(s, mention_id: int) -> None:
     if s.get_bind().dialect.name == "sqlite":
         s.execute(text("UPDATE mentions SET status = status WHERE id = :i"), {"i": int(mention_id)})
     else:
-        s.execute(select(Mention.id).where(Mention.id == int(mention_id)).with_for_update())
+        s.execute(select(Mention.id).where(Mention.id == int(mention_id)).with_for_update(key_share=True))
 
 
 def store_chunk(url: str, ids: list[int], suggestions, version: str, edition: int | None,

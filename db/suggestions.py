@@ -4,10 +4,13 @@ the vocabulary edition) and read back as the engine's Suggestion records.
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Sequence
 from dataclasses import asdict
 
 from sqlalchemy import func, insert, select, update
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, selectinload
 
 from db.models import (
@@ -36,13 +39,39 @@ def suggestion_values(mention_id: int, sug: Suggestion, edition: int | None) -> 
     return row, cands
 
 
+#: Retries of a suggestion write that met a deadlock.
+RETRIES = 3
+
+
 def store_suggestions(s: Session, mention_ids: Sequence[int], suggestions: Sequence[Suggestion]) -> None:
-    """Store the engine's suggestions for many mentions in one transaction (one fsync, not one per mention)."""
+    """Store the engine's suggestions for many mentions in one transaction (one fsync, not one per mention).
+
+    Rows are written in mention-id order, so concurrent writers lock mentions in one order; a PostgreSQL
+    deadlock that still happens (a coder's decision or claim takes the same rows) is retried with a short
+    backoff (:data:`RETRIES` times) -- a suggestion is recomputable, a coder's decision never waits on it."""
     mention_ids = [int(i) for i in mention_ids]
     if len(mention_ids) != len(suggestions):
         raise ValueError("mention_ids and suggestions differ in length")
     if not mention_ids:
         return
+    pairs = sorted(zip(mention_ids, suggestions), key=lambda p: p[0])
+    for attempt in range(RETRIES + 1):
+        try:
+            _store(s, [m for m, _ in pairs], [g for _, g in pairs])
+            return
+        except OperationalError as e:
+            s.rollback()
+            if attempt == RETRIES or not _deadlock(e):
+                raise
+            time.sleep(0.05 * 2 ** attempt * (1 + random.random()))
+
+
+def _deadlock(e: OperationalError) -> bool:
+    """A PostgreSQL deadlock or serialization failure (SQLSTATE 40P01 / 40001): safe to run again."""
+    return getattr(getattr(e, "orig", None), "sqlstate", None) in ("40P01", "40001")
+
+
+def _store(s: Session, mention_ids: list[int], suggestions: Sequence[Suggestion]) -> None:
     ms = {m.id: m for m in s.scalars(select(Mention).where(Mention.id.in_(mention_ids)))}
     missing = [i for i in mention_ids if i not in ms]
     if missing:

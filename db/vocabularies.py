@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 
-from db.accounts import audit, get_or_create_user
+from db.accounts import acting_user, audit
 from db.models import (
     Synonym,
     Term,
@@ -150,7 +150,7 @@ def add_synonym(s: Session, vocabulary_id: int, term: str, synonym: str, usernam
         raise KeyError(f"{term!r} is not a term of vocabulary {vocabulary_id}")
     if s.scalar(select(Synonym.id).where(Synonym.term_id == term_id, Synonym.text == synonym)) is not None:
         return False
-    user = get_or_create_user(s, username)
+    user = acting_user(s, username)
     syn = Synonym(term_id=term_id, text=synonym, source="user", added_by_id=user.id)
     s.add(syn)
     s.flush()

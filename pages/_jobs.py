@@ -49,7 +49,8 @@ def draw(runner: JobRunner, job: dict, key: str, can_cancel: bool = True, result
     """One job's status: the bar, done / total, rate, ETA, the cancel button, the outcome, the log."""
     state, m = job["state"], job.get("metrics") or {}
     st.progress(float(job.get("progress") or 0.0),
-                text=f"**{job.get('title', '')}** · {state} · {job.get('message', '')}")
+                text=" · ".join([f"**{job.get('title', '')}**", state]
+                                + [job["message"]] * bool(job.get("message") and job["message"] != state)))
     if m.get("total") is not None:
         c = st.columns(4)
         c[0].metric("Done", f"{m.get('done', 0):,} / {m['total']:,}")

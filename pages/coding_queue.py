@@ -150,7 +150,7 @@ def _decide(mention_id: int, action: str, terms=(), comment: str = "", codes=Non
         _forget(mention_id)
         _ui.flash("warning", f"Ignored: {e}")
         return
-    except (ValueError, KeyError) as e:
+    except (ValueError, KeyError, PermissionError) as e:  # PermissionError: the account was disabled meanwhile
         _ui.flash("error", f"Not saved: {e}")
         return
     _forget(mention_id)
@@ -224,7 +224,7 @@ def on_synonym(mention_id: int) -> None:
     try:
         with _ui.session() as s:
             added = services.add_synonym(s, ctx.vocabulary_id, term, synonym, ctx.username)
-    except (ValueError, KeyError) as e:
+    except (ValueError, KeyError, PermissionError) as e:
         _ui.flash("error", f"Synonym not added: {e}")
         return
     holder.learn_synonym(term, synonym)

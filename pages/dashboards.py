@@ -234,7 +234,7 @@ with c[1]:
         chart(dash.fig_auto_audit(audits), "fig_audit")
         st.caption(audits.how)
     else:
-        empty("No auto-coded mention has been re-checked by a coder yet (auto-coding: Import / Export page; "
+        empty("No auto-coded mention has been re-checked by a coder yet (auto-coding: Auto-coding page; "
               "audits are later decisions on auto-coded mentions).")
 
 # ---------------------------------------------------------------- the team

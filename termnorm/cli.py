@@ -1,4 +1,5 @@
-"""Command line: ``termnorm evaluate | normalize | train | encoder | app | load-data``."""
+"""The ``termnorm`` command line: the engine (normalize, evaluate, train, encoder), the app and its data (app,
+load-data, create-admin, settings) and the systems around it (serve, api-token, backup). ``termnorm CMD --help``."""
 
 from __future__ import annotations
 
@@ -252,7 +253,8 @@ def cmd_app(args) -> int:
     if args.db:
         env["TERMNORM_DB_URL"] = args.db
     return subprocess.call([sys.executable, "-m", "streamlit", "run", str(root / "app.py"), "--server.headless",
-                            "true", "--server.port", str(args.port), *_streamlit_flags(root)], env=env)
+                            "true", "--server.port", str(args.port), *_streamlit_flags(root),
+                            *(["--server.address", args.address] if args.address else [])], env=env)
 
 
 def _streamlit_flags(root: Path) -> list[str]:
@@ -352,6 +354,8 @@ def main(argv=None) -> int:
     p = sub.add_parser("app", help="start the coding app")
     p.add_argument("--db", help="SQLAlchemy URL (default: $TERMNORM_DB_URL, else termnorm.sqlite3 in the data directory: termnorm settings)")
     p.add_argument("--port", type=int, default=8501)
+    p.add_argument("--address", help="address to listen on (e.g. 127.0.0.1 behind the hospital's TLS proxy; "
+                                     "default: every interface)")
     p.set_defaults(func=cmd_app)
 
     p = sub.add_parser("load-data", help="load real vocabularies and mention sets from a folder such as ../shared/data")

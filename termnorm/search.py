@@ -125,10 +125,14 @@ def code_head(text: str, n: int) -> str:
 
 
 def nearest_note(query: str, hits: list[Candidate]) -> str | None:
-    """"no code X; codes under Y" when the first result is a nearest-code fallback, else None."""
-    if not hits or getattr(hits[0], "found", "") != "code_nearest":
-        return None
-    return f"no code {query.strip()}; codes under {hits[0].via}"
+    """"no code X; codes under Y" when the first result is a nearest-code fallback; "no code X in this
+    vocabulary" when a code-like query found no code at all (what follows only resembles it); else None."""
+    found = getattr(hits[0], "found", "") if hits else ""
+    if found == "code_nearest":
+        return f"no code {query.strip()}; codes under {hits[0].via}"
+    if is_code_like(query) and found not in ("code", "code_prefix"):
+        return f"no code {query.strip()} in this vocabulary" + ("; the names below only resemble it" if hits else "")
+    return None
 
 
 def found_tag(hit: Candidate) -> str:

@@ -29,8 +29,29 @@ CONFIG_ENV = "TERMNORM_CONFIG"
 LOCAL_CONFIG = "termnorm.toml"
 
 
-def _bool(v: str) -> bool:
-    return str(v).strip().lower() not in ("off", "0", "false", "no", "")
+_TRUE, _FALSE = ("on", "1", "true", "yes"), ("off", "0", "false", "no")
+
+
+def _bool(v) -> bool:
+    if isinstance(v, bool):
+        return v
+    text = str(v).strip().lower()
+    if text not in _TRUE + _FALSE:
+        raise ValueError(f"expected on or off, got {v!r}")
+    return text in _TRUE
+
+
+def _number(kind, low: float | None = None, high: float | None = None):
+    """A converter to int / float that refuses values outside [low, high] (saying which bound)."""
+    def convert(v):
+        try:
+            x = kind(v)
+        except (TypeError, ValueError):
+            raise ValueError(f"expected a{'n integer' if kind is int else ' number'}, got {v!r}") from None
+        if (low is not None and x < low) or (high is not None and x > high):
+            raise ValueError(f"{x} is outside {low if low is not None else '-inf'}..{high if high is not None else 'inf'}")
+        return x
+    return convert
 
 
 @dataclass(frozen=True)
@@ -98,31 +119,47 @@ def _read_toml(path: Path | None) -> dict:
     return data
 
 
+#: How each scalar setting is read (bounds: what makes sense; bcrypt's own range is 4..31).
+CONVERT = {"auth": _bool, "session_hours": _number(float, 0.01), "bcrypt_rounds": _number(int, 4, 31),
+           "min_dwell_s": _number(float, 0.0, 10.0), "threads": _number(int, 0), "fit_threads": _number(int, 1)}
+
+
 def _build(env: tuple[tuple[str, str], ...], cwd: str) -> Settings:
     environ = dict(env)
     path = _config_file()
     toml = _read_toml(path)
     raw: dict[str, object] = {}
+    source: dict[str, str] = {}
     for name, (var, default, _) in FIELDS.items():
-        raw[name] = environ[var] if environ.get(var, "") != "" else toml.get(name, default)
+        if environ.get(var, "") != "":
+            raw[name], source[name] = environ[var], f"${var}"
+        elif name in toml:
+            raw[name], source[name] = toml[name], f"{path}: {name}"
+        else:
+            raw[name], source[name] = default, "default"
 
     def path_of(name: str, fallback: Path) -> Path:
         v = raw[name]
-        return Path(str(v)).expanduser() if v not in (None, "") else fallback
+        if v in (None, ""):
+            return fallback
+        p = Path(str(v)).expanduser()
+        # a relative path in the file is relative to the file (a service may start anywhere)
+        return (path.parent / p) if (not p.is_absolute() and source[name] != "default" and path is not None
+                                     and source[name].startswith(str(path))) else p
 
+    values = {}
+    for name, convert in CONVERT.items():
+        try:
+            values[name] = convert(raw[name])
+        except ValueError as e:
+            raise ValueError(f"termnorm setting {name} ({source[name]}): {e}") from None
     xdg = environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     data_dir = path_of("data_dir", Path(xdg) / "termnorm")
-    try:
-        return Settings(
-            data_dir=data_dir, db_url=str(raw["db_url"] or ""),
-            models_dir=path_of("models_dir", data_dir / "models"), jobs_dir=path_of("jobs_dir", data_dir / "jobs"),
-            cache_dir=path_of("cache_dir", Path.home() / ".cache" / "termnorm"),
-            auth=_bool(raw["auth"]), session_hours=float(raw["session_hours"]),
-            bcrypt_rounds=max(4, min(31, int(raw["bcrypt_rounds"]))), min_dwell_s=float(raw["min_dwell_s"]),
-            device=str(raw["device"] or ""), threads=int(raw["threads"] or 0), fit_threads=int(raw["fit_threads"]),
-            config_file=str(path or ""))
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"termnorm settings ({path or 'environment'}): {e}") from None
+    return Settings(
+        data_dir=data_dir, db_url=str(raw["db_url"] or ""),
+        models_dir=path_of("models_dir", data_dir / "models"), jobs_dir=path_of("jobs_dir", data_dir / "jobs"),
+        cache_dir=path_of("cache_dir", Path.home() / ".cache" / "termnorm"),
+        device=str(raw["device"] or ""), config_file=str(path or ""), **values)
 
 
 @lru_cache(maxsize=32)

@@ -242,3 +242,21 @@ def test_a_lead_sees_who_holds_what_and_releases_it(team):
     # the released mention is served to the next coder who asks
     with services.session_scope(url) as s:
         assert services.next_mention(s, team["bid"], "liu")["id"] == held
+
+
+def test_a_coder_disabled_while_their_page_is_open_saves_nothing(team):
+    """Seen in a browser: an account disabled by an admin could still save the decision on its open page (the
+    click's callback ran before the page re-checked who is signed in)."""
+    url = team["url"]
+    at = app_as("zhang")
+    mid = on_screen(at)
+    with services.session_scope(url) as s:
+        auth.set_disabled(s, "root", "zhang", True)
+    at.button(key=f"reject_{mid}").click()
+    at.run()
+    with services.session_scope(url) as s:
+        assert services.mention(s, mid)["decision"] is None
+        with pytest.raises(PermissionError, match="disabled"):
+            services.record_decision(s, mid, "zhang", "reject")
+        with pytest.raises(PermissionError, match="disabled"):
+            services.add_synonym(s, team["vid"], "甲状腺病损切除术", "甲状腺肿物切除", "zhang")

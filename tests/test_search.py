@@ -290,3 +290,18 @@ def test_taught_abbreviations_round_trip_through_the_database(db_url):
     eng = Engine(demo_vocabulary("procedures"))
     assert eng.add_abbreviations(abbreviations.for_engine(db_url, vid)) == 3
     assert {h.term for h in eng.search_vocabulary("cbde", 2)} == {"胆总管探查术", "腹腔镜下胆总管探查术"}
+
+
+def test_a_code_nothing_matches_says_so():
+    """Seen in the app: E11.900 typed in a procedures vocabulary listed unrelated names as "similar", silently."""
+    from termnorm.records import Candidate
+    from termnorm.search import nearest_note
+
+    similar = Candidate(0, "甲状腺病损切除术", 0.3, {})
+    similar.found = "similar"
+    assert nearest_note("E11.900", [similar]) == "no code E11.900 in this vocabulary; the names below only resemble it"
+    assert nearest_note("E11.900", []) == "no code E11.900 in this vocabulary"
+    assert nearest_note("甲状腺", [similar]) is None  # a name, not a code
+    exact = Candidate(0, "甲状腺病损切除术", 1.0, {})
+    exact.found = "code"
+    assert nearest_note("06.3100", [exact]) is None

@@ -32,8 +32,12 @@ def test_local_termnorm_toml_is_read_from_the_working_directory(tmp_path, monkey
 
 @pytest.mark.parametrize("text, words", [("session_hours = [1", "not valid TOML"),
                                          ("colour = 'blue'", "unknown settings colour"),
-                                         ("session_hours = 'soon'", "could not convert")])
+                                         ("session_hours = 'soon'", "session_hours .*expected a number"),
+                                         ("bcrypt_rounds = 99", "bcrypt_rounds .*outside 4..31"),
+                                         ("auth = 'maybe'", "auth .*expected on or off"),
+                                         ("min_dwell_s = -1", "min_dwell_s .*outside")])
 def test_a_bad_file_is_named_with_its_problem(tmp_path, monkeypatch, text, words):
+    monkeypatch.delenv("TERMNORM_MIN_DWELL_S")  # conftest sets it; here the file must speak
     conf = tmp_path / "bad.toml"
     conf.write_text(text, encoding="utf-8")
     monkeypatch.setenv("TERMNORM_CONFIG", str(conf))
@@ -57,3 +61,19 @@ def test_default_database_is_in_the_data_directory(tmp_path, monkeypatch):
 def test_the_readme_table_is_the_settings_table():
     assert settings.table() in (REPO / "README.md").read_text(encoding="utf-8")
     assert len(settings.FIELDS) == len([f for f in settings.Settings.__dataclass_fields__ if f != "config_file"])
+
+
+def test_an_environment_variable_is_named_when_wrong(monkeypatch):
+    monkeypatch.setenv("TERMNORM_SESSION_HOURS", "x")
+    with pytest.raises(ValueError, match=r"session_hours \(\$TERMNORM_SESSION_HOURS\): expected a number"):
+        settings.get()
+
+
+def test_relative_paths_in_the_file_are_relative_to_the_file(tmp_path, monkeypatch):
+    conf = tmp_path / "etc" / "termnorm.toml"
+    conf.parent.mkdir()
+    conf.write_text('data_dir = "data"\n', encoding="utf-8")
+    monkeypatch.setenv("TERMNORM_CONFIG", str(conf))
+    monkeypatch.delenv("TERMNORM_DATA_DIR")
+    monkeypatch.chdir("/")
+    assert settings.get().data_dir == tmp_path / "etc" / "data"

@@ -188,7 +188,8 @@ def errors_by_chapter(frame: pd.DataFrame, chapter_of: Callable[[str], str],
     table = (t.groupby(["chapter", "category"]).size().rename("count").reset_index()
              .sort_values(["count", "chapter", "category"], ascending=[False, True, True]).reset_index(drop=True))
     n_mentions = missed["mention_id"].nunique()
-    how = (f"{len(missed)} {expected_col} terms missing from the engine's set ({predicted_col}) in {n_mentions} "
+    which = {"terms": "coded", "gold_terms": "gold"}.get(expected_col, expected_col)
+    how = (f"{len(missed)} {which} terms missing from the engine's set ({predicted_col}) in {n_mentions} "
            f"mentions, counted by the chapter and category of the missed term")
     return Numbers(table, how, {"n_errors": len(missed), "n_mentions": int(n_mentions)})
 
