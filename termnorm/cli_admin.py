@@ -28,7 +28,8 @@ from typing import TextIO
 
 def add_create_admin_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("username")
-    p.add_argument("--password-file", help="read the password from the first line of this file")
+    p.add_argument("--password-file", help="read the password from the first line of this file (else the first "
+                                            "line piped to standard input, else asked twice at the terminal)")
     p.add_argument("--db", help="SQLAlchemy URL (default: $TERMNORM_DB_URL, else termnorm.sqlite3 in the data directory: termnorm settings)")
     return p
 
@@ -40,9 +41,16 @@ def read_password(password_file: str | None = None, stdin: TextIO | None = None)
         lines = Path(password_file).read_text(encoding="utf-8").splitlines()
         return lines[0] if lines else ""
     if not stdin.isatty():
-        return stdin.readline().rstrip("\r\n")
-    first = getpass.getpass("Password: ")
-    if getpass.getpass("Repeat the password: ") != first:
+        line = stdin.readline().rstrip("\r\n")
+        if not line:
+            raise ValueError("no password on standard input: pipe one in, or use --password-file or a terminal")
+        return line
+    try:
+        first = getpass.getpass("Password: ")
+        again = getpass.getpass("Repeat the password: ")
+    except (EOFError, KeyboardInterrupt):
+        raise ValueError("no password given: nothing changed") from None
+    if again != first:
         raise ValueError("the two passwords differ")
     return first
 
@@ -58,11 +66,13 @@ def create_admin(username: str, password_file: str | None = None, db: str | None
         password = read_password(password_file, stdin)
         auth.check_password_policy(password)
         with services.session_scope(db) as s:
+            existed = any(x["username"] == username.strip() for x in services.users(s))
             u = auth.create_admin(s, username, password)
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=stderr)
         return 2
-    print(f"admin {u['username']!r} ready in {services.database_url(db)}", file=stdout)
+    what = " (an existing account: its password was reset, it is an enabled admin)" if existed else ""
+    print(f"admin {u['username']!r} ready in {services.database_url(db)}{what}", file=stdout)
     return 0
 
 

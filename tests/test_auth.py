@@ -188,6 +188,13 @@ def test_cli_create_admin_from_password_file_and_stdin(tmp_path, db_url):
         assert auth.user(s, "weak") is None
     # argparse entry point (what `termnorm create-admin` calls)
     assert cli_admin.main(["boss3", "--password-file", str(pw), "--db", db_url]) == 0
+    # nothing piped in: said so (not "too short"); running it again on an account says the password was reset
+    err = io.StringIO()
+    assert cli_admin.create_admin("boss4", None, db_url, stdin=io.StringIO(""), stdout=out, stderr=err) == 2
+    assert "no password on standard input" in err.getvalue()
+    out = io.StringIO()
+    assert cli_admin.create_admin("boss", None, db_url, stdin=io.StringIO("newer-password-456\n"), stdout=out) == 0
+    assert "password was reset" in out.getvalue()
 
 
 def test_a_session_token_signs_in_until_signed_out_expired_or_disabled(s, admin, monkeypatch):
