@@ -244,7 +244,6 @@ def cmd_settings(args) -> int:
 
 def cmd_app(args) -> int:
     import os
-    import subprocess
 
     from termnorm.demo import app_root
 
@@ -252,9 +251,13 @@ def cmd_app(args) -> int:
     env = dict(os.environ)
     if args.db:
         env["TERMNORM_DB_URL"] = args.db
-    return subprocess.call([sys.executable, "-m", "streamlit", "run", str(root / "app.py"), "--server.headless",
-                            "true", "--server.port", str(args.port), *_streamlit_flags(root),
-                            *(["--server.address", args.address] if args.address else [])], env=env)
+    argv = [sys.executable, "-m", "streamlit", "run", str(root / "app.py"), "--server.headless", "true",
+            "--server.port", str(args.port), *_streamlit_flags(root),
+            *(["--server.address", args.address] if args.address else [])]
+    # the server replaces this process (not a child of it): a service manager's SIGTERM reaches Streamlit itself,
+    # where a child would be left running
+    os.execve(sys.executable, argv, env)
+    return 0  # not reached
 
 
 def _streamlit_flags(root: Path) -> list[str]:

@@ -14,7 +14,9 @@ import os
 import re
 import subprocess
 import sys
+import time
 import tomllib
+import urllib.request
 import zipfile
 from pathlib import Path
 
@@ -106,6 +108,11 @@ def test_installed_app_serves_the_coding_page(installed, tmp_path):
                 assert not pg.locator('[data-testid="stException"]').count(), pg.inner_text("body")[:2000]
         finally:
             browser.stop(proc)
+    # stopping `termnorm app` stops the server: nothing is left answering on the port (a SIGTERM from a service
+    # manager once stopped only the command and left Streamlit running)
+    time.sleep(1.0)
+    with pytest.raises(OSError):
+        urllib.request.urlopen(browser.health_url(port), timeout=2)
     assert (tmp_path / "data" / "termnorm.sqlite3").is_file()
     site = bin_dir.parent / "lib"
     assert not list(site.rglob("*.sqlite3")) and not list(site.rglob("registry"))
