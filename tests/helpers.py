@@ -37,3 +37,26 @@ def wait_for(pred, timeout: float = 60.0, poll: float = 0.05):
             return v
         time.sleep(poll)
     raise AssertionError("condition not reached")
+
+
+def demo_team(url: str, monkeypatch, users=(), n_mentions: int | None = 12, models_dir=None) -> tuple[int, int]:
+    """The app as deployed, on ``url``: sign-in on, root (admin) and ``users`` ((name, role), password
+    ``<name>-password``), the demo procedures vocabulary with a batch of its first ``n_mentions`` mentions
+    (None: all). Returns (vocabulary id, batch id)."""
+    from db import auth, services
+    from termnorm.engine import demo_mentions, demo_vocabulary
+
+    monkeypatch.setenv("TERMNORM_DB_URL", url)
+    if models_dir is not None:
+        monkeypatch.setenv("TERMNORM_MODELS", str(models_dir))
+    monkeypatch.delenv("TERMNORM_AUTH", raising=False)  # sign-in on
+    monkeypatch.setenv("TERMNORM_BCRYPT_ROUNDS", "4")
+    services.init_db(url)
+    with services.session_scope(url) as s:
+        vid = services.load_vocabulary(s, demo_vocabulary("procedures"), "demo-procedures")
+        texts = [m.text for m in demo_mentions("procedures")]
+        bid = services.create_batch(s, "demo procedures", vid, texts[:n_mentions] if n_mentions else texts)
+        auth.create_admin(s, "root", "root-password")
+        for name, role in users:
+            auth.create_user(s, "root", name, f"{name}-password", role)
+    return vid, bid

@@ -9,14 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import rerun
+from helpers import demo_team, rerun
 from scipy.stats import binomtest
 from sqlalchemy import func, select, update
 from streamlit.testing.v1 import AppTest
 
 from db import auth, auto_coding, services, serving
 from db.models import AuditLog, Decision, Term
-from termnorm.engine import Engine, demo_mentions, demo_vocabulary
+from termnorm.engine import Engine
 from termnorm.records import Candidate, Suggestion
 from termnorm.registry import Registry
 
@@ -30,17 +30,8 @@ SERVING, RETIRED = "demo-procedures-v2", "demo-procedures-v1"
 def team(url, tmp_path, monkeypatch):
     """Sign-in on; root (admin), lead1, coder1; the demo procedures with a 12-mention batch; an empty registry.
     ``url``: a fresh database of each backend (conftest)."""
-    monkeypatch.setenv("TERMNORM_DB_URL", url)
-    monkeypatch.setenv("TERMNORM_MODELS", str(tmp_path / "models"))
-    monkeypatch.delenv("TERMNORM_AUTH", raising=False)
-    monkeypatch.setenv("TERMNORM_BCRYPT_ROUNDS", "4")
-    services.init_db(url)
+    vid, bid = demo_team(url, monkeypatch, (("lead1", "lead"), ("coder1", "coder")), models_dir=tmp_path / "models")
     with services.session_scope(url) as s:
-        vid = services.load_vocabulary(s, demo_vocabulary("procedures"), "demo-procedures")
-        bid = services.create_batch(s, "demo procedures", vid, [m.text for m in demo_mentions("procedures")][:12])
-        auth.create_admin(s, "root", "root-password")
-        for name, role in (("lead1", "lead"), ("coder1", "coder")):
-            auth.create_user(s, "root", name, f"{name}-password", role)
         ids = [m["id"] for m in services.mentions(s, bid)]
         names = services.vocabulary_from_db(s, vid).names
     yield {"url": url, "vid": vid, "bid": bid, "ids": ids, "names": names, "root": tmp_path / "models"}

@@ -14,12 +14,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers import rerun as run
+from helpers import demo_team, rerun as run
 from streamlit.testing.v1 import AppTest
 
 from db import auth, dashboard_data, gold, services, suggest_jobs
 from pages import _ui
-from termnorm.engine import demo_mentions, demo_vocabulary
+from termnorm.engine import demo_mentions
 from termnorm.jobs import JobRunner
 from termnorm.records import Candidate, Suggestion
 
@@ -38,19 +38,10 @@ USERS = (("lead1", "lead"), ("li", "annotator"), ("wang", "annotator"), ("coder1
 def world(url, tmp_path, monkeypatch):
     """Sign-in on; an admin, a lead, two annotators, a coder; the demo data; a 6-mention thyroid batch.
     ``url``: a fresh database of each backend (conftest)."""
-    monkeypatch.setenv("TERMNORM_DB_URL", url)
     monkeypatch.setenv("TERMNORM_JOBS", str(tmp_path / "jobs"))  # scoring on gold runs as a background job
-    monkeypatch.setenv("TERMNORM_MODELS", str(tmp_path / "models"))
-    monkeypatch.delenv("TERMNORM_AUTH", raising=False)
-    monkeypatch.setenv("TERMNORM_BCRYPT_ROUNDS", "4")
-    services.init_db(url)
+    # the demo procedures and their whole batch, as _ui.seed_demo makes them (the diagnoses are not needed here)
+    vid, _ = demo_team(url, monkeypatch, USERS, n_mentions=None, models_dir=tmp_path / "models")
     with services.session_scope(url) as s:
-        # the demo procedures and their batch, as _ui.seed_demo makes them (the diagnoses are not needed here)
-        vid = services.load_vocabulary(s, demo_vocabulary("procedures"), "demo-procedures")
-        services.create_batch(s, "demo procedures", vid, [m.text for m in demo_mentions("procedures")])
-        auth.create_admin(s, "root", "root-password")
-        for name, role in USERS:
-            auth.create_user(s, "root", name, f"{name}-password", role)
         bid = services.create_batch(s, "thyroid", vid, [f"甲状腺手术{i}" for i in range(1, 7)])
         mids = [m["id"] for m in services.mentions(s, bid)]
     yield {"url": url, "vocabulary_id": vid, "batch_id": bid, "mentions": mids}

@@ -9,11 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import rerun as run
+from helpers import demo_team, rerun as run
 from streamlit.testing.v1 import AppTest
 
 from db import auth, services
-from termnorm.engine import demo_mentions, demo_vocabulary
 
 REPO = Path(__file__).resolve().parents[1]
 APP = str(REPO / "app.py")
@@ -22,16 +21,7 @@ TIMEOUT = 90
 
 @pytest.fixture
 def team(url, tmp_path, monkeypatch):  # conftest's url: a fresh database of each backend
-    monkeypatch.setenv("TERMNORM_DB_URL", url)
-    monkeypatch.delenv("TERMNORM_AUTH", raising=False)  # sign-in on, as deployed
-    monkeypatch.setenv("TERMNORM_BCRYPT_ROUNDS", "4")
-    services.init_db(url)
-    with services.session_scope(url) as s:
-        vid = services.load_vocabulary(s, demo_vocabulary("procedures"), "demo-procedures")
-        bid = services.create_batch(s, "demo procedures", vid, [m.text for m in demo_mentions("procedures")][:12])
-        auth.create_admin(s, "root", "root-password")
-        for name, role in (("lead1", "lead"), ("zhang", "coder"), ("liu", "coder")):
-            auth.create_user(s, "root", name, f"{name}-password", role)
+    vid, bid = demo_team(url, monkeypatch, (("lead1", "lead"), ("zhang", "coder"), ("liu", "coder")))
     yield {"url": url, "vid": vid, "bid": bid}
     services.dispose(url)
 
