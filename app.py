@@ -1,6 +1,6 @@
 """termnorm review app: navigation and shared state only (run: ``streamlit run app.py``).
 
-The pages in ``pages/`` draw the screens; this script prepares the database
+The pages in ``app_pages/`` draw the screens; this script prepares the database
 (``TERMNORM_DB_URL``, default ``termnorm.sqlite3`` in the data directory, termnorm.settings; seeded with the embedded
 demo vocabularies and batches on first run), asks who is there (sign-in,
 db.auth; ``TERMNORM_AUTH=off`` only for tests and the offline demo), offers
@@ -11,16 +11,21 @@ shares: who is coding, which vocabulary, which batch.
 import streamlit as st
 
 from db import auth, services
-from pages import _ui
+from app_pages import _ui
 
 st.set_page_config(page_title="termnorm review", page_icon=":material/medical_information:", layout="wide")
 
 url = _ui.ready_database(_ui.db_url())
 
+if st.session_state.pop("_sso_logout", False):  # signed out after single sign-on: end the provider's sign-in here
+    st.logout()
 user = _ui.current_user()
 _ui.cookie_script()  # the session cookie of a sign-in or sign-out, set in the browser
 if user is None:
-    st.navigation([st.Page("pages/sign_in.py", title="Sign in", icon=":material/login:")]).run()
+    # a bookmarked page (/dashboards) shows the sign-in form at its own address, so the page opens once signed in
+    st.navigation([st.Page("app_pages/sign_in.py", title="Sign in", icon=":material/login:", default=True)]
+                  + [st.Page("app_pages/sign_in.py", title="Sign in", url_path=path) for path in _ui.PAGE_PATHS],
+                  position="hidden").run()
     st.stop()
 signed_in = bool(st.session_state.get(_ui.AUTH_KEY))
 if signed_in:
@@ -75,22 +80,22 @@ with st.sidebar:
             st.caption("No batch for this vocabulary yet: import one.")
 
 pages = {"Coding": [
-    st.Page("pages/coding_queue.py", title="Coding queue", icon=":material/edit_note:", default=True),
-    st.Page("pages/import_export.py", title="Import / Export", icon=":material/swap_vert:"),
-    st.Page("pages/vocabulary_browser.py", title="Vocabulary", icon=":material/menu_book:"),
+    st.Page("app_pages/coding_queue.py", title="Coding queue", icon=":material/edit_note:", default=True),
+    st.Page("app_pages/import_export.py", title="Import / Export", icon=":material/swap_vert:"),
+    st.Page("app_pages/vocabulary_browser.py", title="Vocabulary", icon=":material/menu_book:"),
 ]}
 # only the pages the role allows are offered; each of them checks the role again (_ui.require_role)
 role = user["role"]
 if auth.has_role(role, "annotator"):
-    pages["Gold data"] = [st.Page("pages/annotate.py", title="Annotate", icon=":material/rate_review:")]
+    pages["Gold data"] = [st.Page("app_pages/annotate.py", title="Annotate", icon=":material/rate_review:")]
 if auth.has_role(role, "lead"):
-    pages["Gold data"] += [st.Page("pages/gold_tasks.py", title="Gold tasks", icon=":material/fact_check:"),
-                           st.Page("pages/adjudicate.py", title="Adjudicate", icon=":material/gavel:")]
-    pages["Lead"] = [st.Page("pages/review.py", title="Review", icon=":material/task_alt:"),
-                     st.Page("pages/auto_coding.py", title="Auto-coding", icon=":material/done_all:"),
-                     st.Page("pages/dashboards.py", title="Dashboards", icon=":material/monitoring:"),
-                     st.Page("pages/training.py", title="Training", icon=":material/model_training:"),
-                     st.Page("pages/editions.py", title="Editions", icon=":material/difference:")]
+    pages["Gold data"] += [st.Page("app_pages/gold_tasks.py", title="Gold tasks", icon=":material/fact_check:"),
+                           st.Page("app_pages/adjudicate.py", title="Adjudicate", icon=":material/gavel:")]
+    pages["Lead"] = [st.Page("app_pages/review.py", title="Review", icon=":material/task_alt:"),
+                     st.Page("app_pages/auto_coding.py", title="Auto-coding", icon=":material/done_all:"),
+                     st.Page("app_pages/dashboards.py", title="Dashboards", icon=":material/monitoring:"),
+                     st.Page("app_pages/training.py", title="Training", icon=":material/model_training:"),
+                     st.Page("app_pages/editions.py", title="Editions", icon=":material/difference:")]
 if auth.has_role(role, "admin"):
-    pages["Admin"] = [st.Page("pages/admin_users.py", title="Users", icon=":material/manage_accounts:")]
+    pages["Admin"] = [st.Page("app_pages/admin_users.py", title="Users", icon=":material/manage_accounts:")]
 st.navigation(pages).run()

@@ -77,7 +77,7 @@ def setup_cdn(url: str, rows: int, n_coder: int) -> tuple[int, int, int, dict]:
 def setup_demo(url: str, rows: int) -> tuple[int, int, int, dict]:
     """The demo procedures vocabulary, its demo batch (with gold) for the coder, and the big batch."""
     from db import services
-    from pages import _ui
+    from app_pages import _ui
     from termnorm.engine import demo_mentions
 
     gold = {m.text: list(m.terms) for m in demo_mentions("procedures")}
@@ -98,7 +98,7 @@ class Coder:
 
     def __init__(self, url: str, holder, batch: int, gold: dict, user: str = "coder"):
         from db import services
-        from pages import _ui
+        from app_pages import _ui
 
         self.url, self.holder, self.batch, self.gold, self.user = url, holder, batch, gold, user
         with services.session_scope(url) as s:
@@ -109,7 +109,7 @@ class Coder:
     def decide(self) -> dict:
         """One decision; the seconds of each step until the next suggestion is on screen."""
         from db import services
-        from pages import _ui
+        from app_pages import _ui
 
         with services.session_scope(self.url) as s:
             terms = self.gold[self.current["text"]]
@@ -200,7 +200,7 @@ class Lead:
 
 def run(args, tmp: Path) -> dict:
     from db import services
-    from pages import _ui
+    from app_pages import _ui
     from termnorm.jobs import JobRunner
 
     os.environ["TERMNORM_MODELS"] = str(tmp / "models")  # the shipped model serves, for coder and job alike

@@ -65,7 +65,7 @@ def accuracy(engine, mentions) -> float:
 
 def decide_as_coders(url: str, engine, picked, picked_sugs, gold_of, text_of, instant: bool = False):
     """The simulated coders, through the app's code path: store what they are shown, accept when the engine's set
-    is the gold one, else correct with it, and teach the engine at once (as pages/_ui.decide does). With
+    is the gold one, else correct with it, and teach the engine at once (as app_pages/_ui.decide does). With
     ``instant``, also ask the engine again for each corrected mention (no retraining) and count how many now
     get their corrected terms. Returns (corrections, corrected mentions re-asked, of those right)."""
     from db import services as S

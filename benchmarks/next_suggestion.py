@@ -1,6 +1,6 @@
 """Time from a coder's decision to the next suggestion being ready on the coding page.
 
-What the page does after a click, in order (pages/coding_queue.py):
+What the page does after a click, in order (app_pages/coding_queue.py):
 ``db.services.record_decision`` (committed, fsync'ed) -> the engine learns
 the coded mention (accept / correct) -> ``next_mention`` -> the next
 mention's suggestion (a database read when it was prepared ahead and is not
@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks._results import write_json  # noqa: E402
 
 from db import services  # noqa: E402
-from pages import _ui  # noqa: E402
+from app_pages import _ui  # noqa: E402
 from termnorm.engine import demo_mentions  # noqa: E402
 
 

@@ -2,7 +2,7 @@
 
 Rows of :class:`db.models.Abbreviation`: one per (vocabulary, abbreviation, expansion); ``vocabulary_id``
 None means every vocabulary. The app replays :func:`abbreviations` into ``Engine.add_abbreviation`` at
-start (``pages/_ui.py::build_holder``), and the Vocabulary page adds new ones with :func:`add_abbreviation`
+start (``app_pages/_ui.py::build_holder``), and the Vocabulary page adds new ones with :func:`add_abbreviation`
 and the engine's method together. An abbreviation matches in any case (``pci`` = ``PCI``), as in the
 engine's search (termnorm.search).
 """

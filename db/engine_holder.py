@@ -3,7 +3,7 @@
 ``EngineHolder`` wraps the engine db.serving builds for a vocabulary (the
 promoted version on the edition in force, fed with the coded mentions and user
 synonyms stored in the database, so a restarted app knows everything coders
-taught it); the app caches one per vocabulary (pages/_ui.py). ``seed_demo``
+taught it); the app caches one per vocabulary (app_pages/_ui.py). ``seed_demo``
 puts the embedded demo vocabularies and batches into an empty database.
 """
 

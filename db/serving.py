@@ -1,7 +1,7 @@
 """The engine that serves a vocabulary: the one every page, background job and gate uses.
 
 One function builds it from the database alone (no Streamlit), so the app's
-cached engine (``pages/_ui.py``), a background job in its own process
+cached engine (``app_pages/_ui.py``), a background job in its own process
 (pre-computing suggestions, re-scoring after a promotion) and the retraining
 gate all suggest with the same model:
 

@@ -13,7 +13,7 @@ from termnorm.vocabulary import Vocabulary
 
 
 def app_root() -> Path:
-    """The folder holding ``app.py``, ``pages/`` and ``assets/``: the repository (a checkout, an editable
+    """The folder holding ``app.py``, ``app_pages/`` and ``assets/``: the repository (a checkout, an editable
     install), else the installed package ``termnorm_app`` (a non-editable install maps the repository root to
     it: pyproject.toml)."""
     here = Path(__file__).resolve().parent.parent

@@ -65,6 +65,7 @@ class Settings:
     cache_dir: Path
     auth: bool
     session_hours: float
+    oidc_claim: str
     bcrypt_rounds: int
     min_dwell_s: float
     device: str
@@ -87,6 +88,8 @@ FIELDS: dict[str, tuple[str, object, str]] = {
     "cache_dir": ("TERMNORM_CACHE", None, "built encoder and downloaded wheels (default ~/.cache/termnorm)"),
     "auth": ("TERMNORM_AUTH", "on", "sign-in and roles; off = single demo coder"),
     "session_hours": ("TERMNORM_SESSION_HOURS", 12.0, "how long a sign-in lasts"),
+    "oidc_claim": ("TERMNORM_OIDC_CLAIM", "email",
+                   "single sign-on (st.login, .streamlit/secrets.toml [auth]): the claim naming the account"),
     "bcrypt_rounds": ("TERMNORM_BCRYPT_ROUNDS", 12, "bcrypt cost of stored passwords (4-31)"),
     "min_dwell_s": ("TERMNORM_MIN_DWELL_S", 0.4, "a decision sooner than this after a mention is drawn is refused"),
     "device": ("TERMNORM_DEVICE", "", "force a torch device (cpu, cuda, cuda:1); default: cuda when present"),
@@ -159,7 +162,7 @@ def _build(env: tuple[tuple[str, str], ...], cwd: str) -> Settings:
         data_dir=data_dir, db_url=str(raw["db_url"] or ""),
         models_dir=path_of("models_dir", data_dir / "models"), jobs_dir=path_of("jobs_dir", data_dir / "jobs"),
         cache_dir=path_of("cache_dir", Path.home() / ".cache" / "termnorm"),
-        device=str(raw["device"] or ""), config_file=str(path or ""), **values)
+        device=str(raw["device"] or ""), oidc_claim=str(raw["oidc_claim"] or "email"), config_file=str(path or ""), **values)
 
 
 @lru_cache(maxsize=32)

@@ -107,11 +107,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_streamlit(port: int, env: dict, **popen):
-    """``streamlit run app.py`` headless on ``port`` (stop it with :func:`stop`)."""
+def start_streamlit(port: int, env: dict, *options: str, **popen):
+    """``streamlit run app.py`` headless on ``port``, more ``--section.option value`` pairs in ``options`` (stop it
+    with :func:`stop`)."""
     return subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
-         "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"], cwd=REPO, env=env, **popen)
+         "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false", *options], cwd=REPO, env=env,
+        **popen)
 
 
 def wait_http(url: str, timeout: float, proc=None) -> None:

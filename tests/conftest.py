@@ -40,7 +40,7 @@ def private_data_dir(monkeypatch, tmp_path_factory):
 @pytest.fixture(autouse=True)
 def instant_clicks(monkeypatch):
     """AppTest clicks a button the instant a page is drawn; the coding page ignores decisions that come sooner
-    than a person could read the mention (pages/coding_queue.py MIN_GAP_S). The browser tests set it back."""
+    than a person could read the mention (app_pages/coding_queue.py MIN_GAP_S). The browser tests set it back."""
     monkeypatch.setenv("TERMNORM_MIN_DWELL_S", "0")
 
 

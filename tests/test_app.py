@@ -253,7 +253,7 @@ def test_flag_needs_a_comment(db_url):
 def test_import_malformed_file_reports_bad_rows_and_keeps_good_ones(db_url, tmp_path, monkeypatch):
     monkeypatch.setenv("TERMNORM_JOBS", str(tmp_path / "jobs"))  # pre-suggesting runs as a background job
     at = start()
-    at.switch_page("pages/import_export.py")
+    at.switch_page("app_pages/import_export.py")
     rerun(at)
     data = ("mention,terms\n"
             "右侧腹股沟斜疝无张力修补术,\n"
@@ -287,7 +287,7 @@ def test_import_malformed_file_reports_bad_rows_and_keeps_good_ones(db_url, tmp_
 
 def test_import_report_counts_rows_and_names_a_stray_quote_row(db_url):
     at = start()
-    at.switch_page("pages/import_export.py")
+    at.switch_page("app_pages/import_export.py")
     rerun(at)
     data = ("mention,terms\n"
             "右侧腹股沟斜疝无张力修补术,\n"
@@ -315,7 +315,7 @@ def test_import_report_counts_rows_and_names_a_stray_quote_row(db_url):
 
 def test_import_of_a_header_only_file_says_why_nothing_came_in(db_url):
     at = start()
-    at.switch_page("pages/import_export.py")
+    at.switch_page("app_pages/import_export.py")
     rerun(at)
     at.file_uploader(key="upload").set_value(("header.csv", b"mention,terms\n", "text/csv"))
     rerun(at)
@@ -351,7 +351,7 @@ def test_restart_resumes_at_next_undecided_mention(db_url):
         df = services.decisions_frame(s)
     assert list(zip(df.mention_id, df.action)) == [(first, "accept"), (second, "correct")]
     # the rebuilt engine was fed the coded mentions: the corrected one now gets the coder's term
-    from pages import _ui
+    from app_pages import _ui
 
     holder = _ui.engine_holder(db_url, at2.session_state["vocabulary_id"])
     assert holder.engine.suggest(latest(db_url, second)["text"]).chosen == [other]
@@ -399,7 +399,7 @@ def test_vocabulary_browser_shows_codes_and_user_synonyms(db_url):
     at.selectbox(key=f"syn_term_{mid}").set_value(target)
     at.button(key=f"syn_add_{mid}").click()
     rerun(at)
-    at.switch_page("pages/vocabulary_browser.py")
+    at.switch_page("app_pages/vocabulary_browser.py")
     rerun(at)
     at.text_input(key="vocab_q").set_value(target)
     rerun(at)
@@ -451,7 +451,7 @@ def test_new_coder_codes_twenty_mentions_exports_restarts_and_finds_them_all(db_
 # ----------------------------------------------------------------------------- vocabulary search (issue 22, item 5)
 def test_vocabulary_page_finds_the_leaves_under_a_typed_code_prefix(db_url):
     at = start()
-    at.switch_page("pages/vocabulary_browser.py")
+    at.switch_page("app_pages/vocabulary_browser.py")
     rerun(at)
     at.text_input(key="vocab_q").set_value("06.31")
     rerun(at)
@@ -468,7 +468,7 @@ def test_an_abbreviation_taught_on_the_vocabulary_page_is_found_on_the_coding_pa
     from db import abbreviations
 
     at = start()
-    at.switch_page("pages/vocabulary_browser.py")
+    at.switch_page("app_pages/vocabulary_browser.py")
     rerun(at)
     at.text_input(key="abbr_text").set_value("CBDE")
     at.text_input(key="abbr_expansion").set_value("胆总管探查术")
@@ -481,7 +481,7 @@ def test_an_abbreviation_taught_on_the_vocabulary_page_is_found_on_the_coding_pa
     table = at.dataframe[-1].value  # every abbreviation the search knows: the taught one and the demo list
     assert ((table.abbreviation == "CBDE") & (table.added_by == "coder")).sum() == 1
     assert (table.source == "list").sum() == 60
-    at.switch_page("pages/coding_queue.py")
+    at.switch_page("app_pages/coding_queue.py")
     rerun(at)
     mid = current_id(at)
     at.text_input(key=f"q_{mid}").set_value("cbde")

@@ -114,6 +114,21 @@ def test_repeated_failures_lock_the_name(s, admin, monkeypatch):
     assert auth.authenticate(s, admin, "correct horse battery") is not None  # other names are not affected
 
 
+def test_single_sign_on_signs_in_only_enabled_accounts_an_admin_made(s, admin):
+    """authenticate_oidc: the identity provider's word names the account; it creates none and lifts no lock."""
+    auth.create_user(s, admin, "li@hospital.example", "li-password", "lead")
+    user = auth.authenticate_oidc(s, "li@hospital.example", "https://sso.hospital.example")
+    assert user["role"] == "lead"
+    assert actions(s, "sign_in")[0]["details"] == {"method": "oidc", "issuer": "https://sso.hospital.example"}
+    assert auth.authenticate_oidc(s, "stranger@hospital.example") is None
+    assert auth.user(s, "stranger@hospital.example") is None  # no account appears
+    assert actions(s, "sign_in_failed")[0]["details"]["reason"] == "unknown user"
+    assert auth.authenticate_oidc(s, "") is None
+    auth.set_disabled(s, admin, "li@hospital.example")
+    assert auth.authenticate_oidc(s, "li@hospital.example") is None
+    assert actions(s, "sign_in_failed")[0]["details"]["reason"] == "disabled"
+
+
 # ------------------------------------------------------------------ administration is for admins
 def test_admin_manages_users(s, admin):
     auth.create_user(s, admin, "lead1", "lead-password", "lead")

@@ -21,7 +21,7 @@ from termnorm.records import Candidate, Suggestion
 from termnorm.registry import Registry
 
 REPO = Path(__file__).resolve().parents[1]
-PAGE = str(REPO / "pages" / "auto_coding.py")
+PAGE = str(REPO / "app_pages" / "auto_coding.py")
 TIMEOUT = 90
 SERVING, RETIRED = "demo-procedures-v2", "demo-procedures-v1"
 

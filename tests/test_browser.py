@@ -25,7 +25,7 @@ XSS = '<img src=x onerror="window.__pwned=1">右侧甲状腺肿块切除<script>
 def server(tmp_path):
     """A seeded database (demo data + a batch whose first mention is hostile HTML) and a running app."""
     from db import services
-    from pages import _ui
+    from app_pages import _ui
 
     url = f"sqlite:///{tmp_path / 'browser.sqlite3'}"
     services.init_db(url)

@@ -18,14 +18,14 @@ from helpers import demo_team, rerun as run
 from streamlit.testing.v1 import AppTest
 
 from db import auth, dashboard_data, gold, services, suggest_jobs
-from pages import _ui
+from app_pages import _ui
 from termnorm.engine import demo_mentions
 from termnorm.jobs import JobRunner
 from termnorm.records import Candidate, Suggestion
 
 REPO = Path(__file__).resolve().parents[1]
 APP = str(REPO / "app.py")
-PAGES = REPO / "pages"
+PAGES = REPO / "app_pages"
 TIMEOUT = 60
 A, B, C = "甲状腺病损切除术", "甲状腺大部切除术", "甲状腺全部切除术"
 D = "腹腔镜下胆囊切除术"
@@ -57,7 +57,7 @@ def app_as(user: str | None, page: str | None = None, **state) -> AppTest:
         at.session_state[k] = v
     run(at)
     if page:
-        at.switch_page(f"pages/{page}")
+        at.switch_page(f"app_pages/{page}")
         run(at)
     return at
 

@@ -39,7 +39,7 @@ from browser import (
 def app(tmp_path):
     """Demo data, a coder's and a lead's name, one small batch with a two-code term; the app on a free port."""
     from db import services
-    from pages import _ui
+    from app_pages import _ui
 
     url = f"sqlite:///{tmp_path / 'decisions.sqlite3'}"
     services.init_db(url)
@@ -160,7 +160,7 @@ def test_lead_approves_the_shown_decisions(app, page, tmp_path):
         for m in services.mentions(s, bid)[:4]:
             sug = services.latest_suggestion(s, m["id"])
             if sug is None:
-                from pages import _ui
+                from app_pages import _ui
 
                 holder = _ui.build_holder(app["url"], services.vocabulary_id(s, "demo-procedures"))
                 sug = holder.suggest_and_store(s, [m["id"]], [m["text"]])[0]
@@ -196,7 +196,7 @@ def test_lead_uploads_a_new_edition_and_the_coder_meets_the_rereview_first(app, 
         vid = services.vocabulary_id(s, "demo-procedures")
         vocab = services.vocabulary_from_db(s, vid)
         mids = [m["id"] for m in services.mentions(s, app["codes_batch"])]
-        holder = __import__("pages._ui", fromlist=["_ui"]).build_holder(app["url"], vid)
+        holder = __import__("app_pages._ui", fromlist=["_ui"]).build_holder(app["url"], vid)
         sugs = holder.suggest_and_store(s, mids, ["甲状腺全部切除", "胆囊切除"])
         for mid in mids:
             services.record_decision(s, mid, "coder", "accept")
@@ -237,7 +237,7 @@ def test_a_key_pressed_while_another_batch_opens_decides_nothing_unseen(app, pag
     page.goto(app["base"] + "/")
     page.wait_for_selector("table.tn-cands")
     settle(page)
-    # the browser's half of the dwell rule is in the page (pages/_markup.py _DWELL_GUARD), set to MIN_GAP_S
+    # the browser's half of the dwell rule is in the page (app_pages/_markup.py _DWELL_GUARD), set to MIN_GAP_S
     assert page.evaluate("window.__tnDwell && window.__tnDwell.ms") == 400
     for delay in (50, 100, 150, 200):
         page.locator("[data-testid=stSidebar] input[aria-label='Batch']").click()

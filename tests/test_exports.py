@@ -331,7 +331,7 @@ def test_page_prepares_the_export_then_downloads_ready_bytes(app_db, tmp_path):
         review.approve(s, d[:1], "lead")
         frame = S.decisions_frame(s, bid)
         code, n_terms, vocab = frame.codes[0][0], len(frame.terms[0]), frame.vocabulary[0]
-    at.switch_page("pages/import_export.py")
+    at.switch_page("app_pages/import_export.py")
     run(at)
     assert not at.get("download_button")  # nothing prepared yet
     at.selectbox(key="export_format").set_value("OMOP SOURCE_TO_CONCEPT_MAP")

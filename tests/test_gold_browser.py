@@ -46,7 +46,7 @@ def build_history(url: str) -> dict:
 
     from db import auth, gold, services
     from db.models import Decision, Suggestion as SuggestionRow
-    from pages import _ui
+    from app_pages import _ui
     from termnorm.engine import Engine, demo_mentions
 
     services.init_db(url)
@@ -139,7 +139,7 @@ def metric_values(page) -> dict[str, str]:
 
 def test_dashboards_and_adjudication_in_browser(server, page, tmp_path):
     from db import dashboard_data, services
-    from pages import _ui
+    from app_pages import _ui
     from termnorm import coding_metrics as dashboard
 
     base, url, info = server

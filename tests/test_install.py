@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 def _packages_in_tree() -> set[str]:
     found = {p.parent.relative_to(REPO).as_posix().replace("/", ".")
              for top in ("termnorm", "db") for p in (REPO / top).rglob("__init__.py")}
-    return found | {"db.migrations", "db.migrations.versions", "termnorm_app", "termnorm_app.pages"}
+    return found | {"db.migrations", "db.migrations.versions", "termnorm_app", "termnorm_app.app_pages"}
 
 
 def test_every_package_folder_is_in_the_wheel_list():
@@ -63,7 +63,7 @@ def _env(tmp_path: Path) -> dict:
 def test_the_wheel_carries_engine_store_and_app(installed):
     names = set(zipfile.ZipFile(installed[1]).namelist())
     for need in ("termnorm/engine.py", "termnorm/settings.py", "db/models.py", "db/alembic.ini",
-                 "db/migrations/env.py", "termnorm_app/app.py", "termnorm_app/pages/coding_queue.py",
+                 "db/migrations/env.py", "termnorm_app/app.py", "termnorm_app/app_pages/coding_queue.py",
                  "termnorm_app/assets/demo/procedures.csv", "termnorm_app/assets/models/procedures_ranker.joblib",
                  "termnorm_app/.streamlit/config.toml"):
         assert need in names, need

@@ -3,7 +3,7 @@
 * ``termnorm/`` is the engine library: no module of it but the command line imports the app's store and
   services (``db``), SQLAlchemy or Streamlit -- read from each module's import statements (``ast``), lazy
   imports inside functions included;
-* the page scripts (``app.py``, ``pages/``) import neither SQLAlchemy nor torch: they call ``db``'s services;
+* the page scripts (``app.py``, ``app_pages/``) import neither SQLAlchemy nor torch: they call ``db``'s services;
 * no Python module of the project over ``MAX_LINES`` lines (migrations and tests aside), no function with more
   than ``MAX_ARGS`` parameters (the same rule as ruff's PLR0913 with ``max-args = 12``; ast here, so the check
   needs no extra tool).
@@ -45,14 +45,14 @@ def _rel(p: Path) -> str:
 
 
 def test_the_engine_never_imports_the_app_or_the_database():
-    bad = {_rel(p): sorted(_imported(p) & {"db", "sqlalchemy", "streamlit", "pages", "alembic"})
+    bad = {_rel(p): sorted(_imported(p) & {"db", "sqlalchemy", "streamlit", "app_pages", "alembic"})
            for p in _modules("termnorm") if _rel(p) not in CLI}
     bad = {k: v for k, v in bad.items() if v}
     assert not bad, f"engine modules importing the app side: {bad}"
 
 
 def test_pages_call_services_not_sqlalchemy_or_torch():
-    bad = {_rel(p): sorted(_imported(p) & {"sqlalchemy", "torch"}) for p in _modules("app.py", "pages")}
+    bad = {_rel(p): sorted(_imported(p) & {"sqlalchemy", "torch"}) for p in _modules("app.py", "app_pages")}
     bad = {k: v for k, v in bad.items() if v}
     assert not bad, f"page scripts importing SQLAlchemy / torch: {bad}"
 
@@ -61,11 +61,11 @@ def test_the_checks_see_real_imports():
     """The two tests above would pass on an empty list: they must see db's own SQLAlchemy import."""
     assert "sqlalchemy" in _imported(REPO / "db" / "models.py")
     assert "db" in _imported(REPO / "termnorm" / "cli.py")
-    assert len(_modules("termnorm")) > 30 and len(_modules("pages")) > 10
+    assert len(_modules("termnorm")) > 30 and len(_modules("app_pages")) > 10
 
 
 def _project_modules() -> list[Path]:
-    return [p for p in _modules("app.py", "pages", "db", "termnorm", "benchmarks")
+    return [p for p in _modules("app.py", "app_pages", "db", "termnorm", "benchmarks")
             if "migrations" not in p.parts]
 
 

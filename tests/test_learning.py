@@ -205,7 +205,7 @@ def test_load_data_fits_in_the_background_and_the_promoted_model_beats_the_shipp
 
 # ------------------------------------------------------------------------------------- promotion and rollback
 def _coding_page(vid: int, bid: int) -> AppTest:
-    at = AppTest.from_file(str(REPO / "pages" / "coding_queue.py"), default_timeout=90)
+    at = AppTest.from_file(str(REPO / "app_pages" / "coding_queue.py"), default_timeout=90)
     at.session_state["username"] = "coder1"
     at.session_state["vocabulary_id"] = vid
     at.session_state["batch_id"] = bid
@@ -249,7 +249,7 @@ def test_a_promotion_reaches_the_coding_page_and_rolling_back_to_the_shipped_mod
     assert runner.wait(other, timeout=60)["state"] == "failed"
 
     # the lead's one click: Roll back with the shipped version picked, on the Training page
-    tp = AppTest.from_file(str(REPO / "pages" / "training.py"), default_timeout=90)
+    tp = AppTest.from_file(str(REPO / "app_pages" / "training.py"), default_timeout=90)
     tp.session_state["username"] = "lead1"
     tp.session_state["vocabulary_id"] = vid
     tp.run()
@@ -268,7 +268,7 @@ def test_a_promotion_reaches_the_coding_page_and_rolling_back_to_the_shipped_mod
 
 
 def test_the_badge_speaks_in_words():
-    from pages import _ui
+    from app_pages import _ui
     from termnorm.stats import confidence_bands
 
     preds = [{"confidence": 0.9, "correct": True}] * 60 + [{"confidence": 0.3, "correct": i % 2 == 0}

@@ -96,7 +96,7 @@ def test_training_page_retrains_in_the_background_and_registers_a_gated_version(
     assert new["corrected"] == kinds.get("corrected", 0) and new["synonym"] == 1
     assert new["rejected_candidate"] == kinds["rejected_candidate"] > 0
 
-    at = AppTest.from_file(str(REPO / "pages" / "training.py"), default_timeout=60)
+    at = AppTest.from_file(str(REPO / "app_pages" / "training.py"), default_timeout=60)
     at.session_state["username"] = "lead1"
     at.session_state["vocabulary_id"] = vid
     at.session_state["batch_id"] = world["bid"]

@@ -31,13 +31,13 @@ def app_as(user: str, page: str | None = None) -> AppTest:
     at.session_state["auth_user"] = user
     run(at)
     if page:
-        at.switch_page(f"pages/{page}")
+        at.switch_page(f"app_pages/{page}")
         run(at)
     return at
 
 
 def page_as(user: str, page: str) -> AppTest:
-    at = AppTest.from_file(str(REPO / "pages" / page), default_timeout=TIMEOUT)
+    at = AppTest.from_file(str(REPO / "app_pages" / page), default_timeout=TIMEOUT)
     at.session_state["auth_user"] = user
     return run(at)
 

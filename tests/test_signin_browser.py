@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 from browser import (
@@ -21,9 +22,9 @@ from browser import (
 
 
 @pytest.fixture
-def app(tmp_path, monkeypatch):
+def app(tmp_path, monkeypatch, request):
     from db import auth, services
-    from pages import _ui
+    from app_pages import _ui
 
     monkeypatch.setenv("TERMNORM_BCRYPT_ROUNDS", "4")
     url = f"sqlite:///{tmp_path / 'signin.sqlite3'}"
@@ -32,14 +33,26 @@ def app(tmp_path, monkeypatch):
         _ui.seed_demo(s)
         auth.create_admin(s, "root", "root-password")
         auth.create_user(s, "root", "zhang", "zhang-password", "coder")
+        auth.create_user(s, "root", "li@hospital.example", "li-password-unused", "lead")
     services.dispose(url)
     port = free_port()
     env = dict(os.environ, TERMNORM_DB_URL=url, TERMNORM_BCRYPT_ROUNDS="4")
     env.pop("TERMNORM_AUTH", None)  # sign-in on, as deployed
-    proc = start_streamlit(port, env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    secrets = tmp_path / "secrets.toml"
+    # single sign-on configured when the test also asks for an identity provider
+    idp = request.getfixturevalue("identity_provider") if "identity_provider" in request.fixturenames else None
+    secrets.write_text(f"""[auth]
+redirect_uri = "http://localhost:{port}/oauth2callback"
+cookie_secret = "a-long-random-string-for-the-test-only"
+client_id = "termnorm"
+client_secret = "termnorm-test-secret"
+server_metadata_url = "{idp}/.well-known/openid-configuration"
+""" if idp else "", encoding="utf-8")
+    proc = start_streamlit(port, env, "--secrets.files", str(secrets), stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
     try:
         wait_http(health_url(port), 60, proc)
-        yield {"base": f"http://127.0.0.1:{port}", "url": url}
+        yield {"base": f"http://localhost:{port}", "url": url}
     finally:
         stop(proc)
         services.dispose(url)
@@ -97,4 +110,94 @@ def test_a_reload_or_a_new_tab_keeps_the_coder_signed_in_until_sign_out(app):
             auth.set_disabled(s, "root", "zhang", True)
         page.reload()
         assert signed_in_as(page) is None
+        browser.close()
+
+
+def _page(browser):
+    page = browser.new_context(viewport={"width": 1400, "height": 1100}).new_page()
+    page.set_default_timeout(60_000)
+    return page
+
+
+def _sign_in(page, name: str, password: str) -> None:
+    page.get_by_label("User name").fill(name)
+    page.get_by_role("textbox", name="Password").fill(password)
+    page.get_by_role("button", name="Sign in", exact=True).click()
+
+
+def test_every_page_address_is_known_before_sign_in():
+    from app_pages import _ui
+
+    stems = {p.stem for p in (Path(__file__).resolve().parents[1] / "app_pages").glob("*.py")}
+    assert set(_ui.PAGE_PATHS) == stems - {"coding_queue", "sign_in"} - {s for s in stems if s.startswith("_")}
+
+
+def test_a_bookmarked_page_opens_after_sign_in(app):
+    sync_playwright = need_browser()
+    with sync_playwright() as p:
+        browser = launch(p)
+        page = _page(browser)
+        page.goto(app["base"] + "/dashboards")
+        page.wait_for_selector("text=Sign in to code mentions")
+        assert not page.get_by_text("Page not found").count()
+        _sign_in(page, "root", "root-password")
+        page.wait_for_selector("[data-testid=stMain] >> text=Acceptance of suggestions")
+        assert page.url.rstrip("/").endswith("/dashboards")
+        assert not page.get_by_text("Page not found").count()
+        # a coder's bookmark of a lead's page: the coding queue, never the lead's page
+        coder = _page(browser)
+        coder.goto(app["base"] + "/dashboards")
+        coder.wait_for_selector("text=Sign in to code mentions")
+        _sign_in(coder, "zhang", "zhang-password")
+        coder.wait_for_selector("table.tn-cands")  # the coding queue, the coder's default page
+        assert signed_in_as(coder) == "zhang"
+        assert not coder.locator("[data-testid=stMain] >> text=Acceptance of suggestions").count()
+        browser.close()
+
+
+@pytest.fixture
+def identity_provider():
+    """A real OpenID Connect provider on a loopback port (oidc-provider-mock: its sign-in form asks for the
+    subject; the email claim is the subject)."""
+    oidc_provider_mock = pytest.importorskip("oidc_provider_mock")
+    with oidc_provider_mock.run_server_in_thread() as server:
+        yield f"http://localhost:{server.server_port}"
+
+
+def _sso(page, base: str, identity: str) -> None:
+    page.goto(base + "/")
+    page.get_by_role("button", name="Sign in with single sign-on").click()
+    page.locator("input[name=sub]").fill(identity)
+    page.get_by_role("button", name="Authorize").click()
+
+
+def test_single_sign_on_through_the_hospitals_identity_provider(identity_provider, app):
+    from db import auth, services
+
+    sync_playwright = need_browser()
+    with sync_playwright() as p:
+        browser = launch(p)
+        page = _page(browser)
+        _sso(page, app["base"], "li@hospital.example")
+        page.wait_for_selector("[data-testid=stSidebar] >> text=li@hospital.example")
+        assert signed_in_as(page) == "li@hospital.example"
+        page.reload()
+        assert signed_in_as(page) == "li@hospital.example"
+        with services.session_scope(app["url"]) as s:
+            log = auth.audit_log(s, "root", actions=["sign_in"]).to_dict("records")
+        assert any(e["user"] == "li@hospital.example" and "oidc" in str(e["details"]) for e in log)
+        # signing out ends both sign-ins: the provider confirms the end of its session, then the app asks again
+        page.get_by_role("button", name="Sign out").click()
+        page.get_by_role("button", name="End session").click()
+        page.wait_for_selector("text=Sign in to code mentions")
+        page.reload()
+        assert signed_in_as(page) is None
+        # the provider vouching for someone without an account gives no access
+        stranger = _page(browser)
+        _sso(stranger, app["base"], "nobody@hospital.example")
+        stranger.wait_for_selector("text=has no enabled account")
+        assert signed_in_as(stranger) is None
+        with services.session_scope(app["url"]) as s:
+            failed = auth.audit_log(s, "root", actions=["sign_in_failed"]).to_dict("records")
+        assert any(e["user"] == "nobody@hospital.example" for e in failed)
         browser.close()

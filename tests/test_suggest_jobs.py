@@ -31,7 +31,7 @@ VARIANTS = ("", "（复诊）", "术后", " 待查", "（左）", "史", " 拟�
 def env(url, tmp_path, monkeypatch):
     """A seeded demo database (``url``: a fresh one of each backend, conftest), a jobs root and a registry root
     of this test (the workers inherit them)."""
-    from pages import _ui
+    from app_pages import _ui
 
     monkeypatch.setenv("TERMNORM_DB_URL", url)
     monkeypatch.setenv("TERMNORM_JOBS", str(tmp_path / "jobs"))
@@ -222,7 +222,7 @@ def test_a_coder_decides_while_a_job_writes(env):
 
 # ------------------------------------------------------------------ the engine lock
 def test_suggest_and_store_holds_the_engine_lock_for_a_few_mentions_at_a_time(env):
-    from pages import _ui
+    from app_pages import _ui
 
     holder = _ui.build_holder(env["url"], env["vid"])
     sizes, held = [], []
@@ -250,7 +250,7 @@ def test_import_export_page_starts_the_job_and_shows_its_progress(env, monkeypat
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
     at.query_params["batch"] = str(big)  # opens the big batch in the sidebar
     at.run()
-    at.switch_page("pages/import_export.py")
+    at.switch_page("app_pages/import_export.py")
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     at.button(key="suggest_all").click()
@@ -282,7 +282,7 @@ def test_the_page_cancels_the_job(env, monkeypatch):
     wait_for(lambda: env["runner"].status(job)["state"] == "running")
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
     at.run()
-    at.switch_page("pages/import_export.py")
+    at.switch_page("app_pages/import_export.py")
     at.run()
     assert any("suggestion job is running" in c.value for c in at.caption)
     at.button(key="suggest_job_cancel").click()

@@ -119,7 +119,7 @@ def test_the_ablation_fits_no_scorer(demo):
 
 def test_the_coding_table_lists_recall_strategies_not_the_scorer():
     """The coder's "found by" column names the recall strategies; the scorer's log-odds (any sign) stays out."""
-    from pages import _ui
+    from app_pages import _ui
 
     c = Candidate(0, "甲状腺病损切除术", 0.9, {"tfidf": 0.61, "history": 0.5, "diff": -2.25, "clf": 0.37, "ranker": 0.9},
                   ["06.3100"])

@@ -3,7 +3,7 @@
 No database and no Streamlit here: db.dashboard_data turns the tables
 suggestions / decisions / gold into the frames described below (the
 decisions frame is ``db.services.decisions_frame`` plus a ``shown`` column),
-the Dashboards page (pages/dashboards.py) calls these functions and shows
+the Dashboards page (app_pages/dashboards.py) calls these functions and shows
 ``Numbers.table`` with ``Numbers.how`` as caption, or a ``fig_*`` figure
 whose hover repeats it.
 

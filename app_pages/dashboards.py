@@ -17,7 +17,7 @@ import pandas as pd
 import streamlit as st
 
 from db import dashboard_data, gold, services, suggest_jobs
-from pages import _jobs, _ui
+from app_pages import _jobs, _ui
 from termnorm.jobs import JobBusy, JobRunner
 from termnorm import coding_metrics as dash
 

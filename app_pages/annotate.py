@@ -14,7 +14,7 @@ import time
 import streamlit as st
 
 from db import gold
-from pages import _ui
+from app_pages import _ui
 
 ASSISTED_SHOWN = 10  # candidates listed in an assisted task (the coding page shows 5 plus "more")
 

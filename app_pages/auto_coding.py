@@ -13,7 +13,7 @@ the model version again.
 import streamlit as st
 
 from db import auto_coding, serving, services
-from pages import _ui
+from app_pages import _ui
 from termnorm import active
 
 REFUSAL = ("auto-coding needs the serving model measured on held-out mentions: fit or retrain it on the "

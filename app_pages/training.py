@@ -17,7 +17,7 @@ import pandas as pd
 import streamlit as st
 
 from db import learning, services, suggest_jobs
-from pages import _jobs, _ui
+from app_pages import _jobs, _ui
 from db import retrain
 from termnorm.gate import GATE_MARGIN, MIN_GATE_MENTIONS, Gate
 from termnorm.jobs import FINAL, JobBusy, JobRunner

@@ -15,7 +15,7 @@ import pandas as pd
 import streamlit as st
 
 from db import abbreviations, services
-from pages import _ui
+from app_pages import _ui
 from termnorm.search import found_tag, nearest_note
 from termnorm.text.normalize import normalize
 

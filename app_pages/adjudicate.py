@@ -14,7 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from db import gold, services
-from pages import _ui
+from app_pages import _ui
 
 FIXED = ("mention_id", "position", "mention", "n_annotators", "n_distinct", "common", "any", "majority", "gold")
 

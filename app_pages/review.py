@@ -13,7 +13,7 @@ import streamlit as st
 
 from db import review, services
 from db.models import REVIEW_STATUSES
-from pages import _ui
+from app_pages import _ui
 
 ctx = _ui.page("lead")
 if ctx.vocabulary_id is None:

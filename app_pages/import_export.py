@@ -3,7 +3,7 @@
 Import accepts CSV, XLSX and CHIP-CDN JSON (``db.services.import_mentions``):
 bad rows are listed (file, row, problem) and never block the good ones.
 Pre-suggestion runs the serving engine over a whole batch in a background job
-(``db.suggest_jobs``; progress in ``pages/_jobs.py``) and stores every
+(``db.suggest_jobs``; progress in ``app_pages/_jobs.py``) and stores every
 suggestion, so coders only read the database. Export gives the latest
 decisions of a batch as CSV, XLSX, JSONL, CHIP-CDN JSON, a FHIR R5
 ConceptMap or an OMOP SOURCE_TO_CONCEPT_MAP (``db.exports.export_batch``): the
@@ -17,7 +17,7 @@ import pandas as pd
 import streamlit as st
 
 from db import exports, services, suggest_jobs
-from pages import _jobs, _ui
+from app_pages import _jobs, _ui
 from termnorm.jobs import JobBusy, JobRunner
 
 FORMATS = {  # label -> db.exports format

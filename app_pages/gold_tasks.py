@@ -14,7 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from db import auth, gold, services
-from pages import _ui
+from app_pages import _ui
 
 ctx = _ui.page("lead")
 

@@ -3,7 +3,7 @@ decisions from a page, flash messages and the vocabulary search widget.
 
 Pages import this module and stay free of SQL and model code: the database is reached through the services of
 ``db`` (db.services and its siblings), suggestions through db.engine_holder.EngineHolder (one cached per
-vocabulary with ``st.cache_resource``), the HTML of the screens from pages/_markup.py (re-exported here so a
+vocabulary with ``st.cache_resource``), the HTML of the screens from app_pages/_markup.py (re-exported here so a
 page needs one import).
 """
 
@@ -20,10 +20,10 @@ from db.engine_holder import DEMO_SETS as DEMO_SETS, DEMO_USER as DEMO_USER  # n
 from db.engine_holder import PREPARE_AHEAD as PREPARE_AHEAD, EngineHolder as EngineHolder  # noqa: F401
 from db.engine_holder import build_holder as build_holder, seed_demo as seed_demo  # noqa: F401
 from db.engine_holder import prepare_in_background as prepare_in_background  # noqa: F401
-from pages._markup import CSS as CSS, candidate_table_html as candidate_table_html  # noqa: F401 - the pages' markup
-from pages._markup import code_cell as code_cell, compare_keywords as compare_keywords  # noqa: F401
-from pages._markup import confidence_badge as confidence_badge, esc as esc, highlight_html as highlight_html  # noqa: F401
-from pages._markup import legend_html as legend_html, md as md, missing_keywords as missing_keywords  # noqa: F401
+from app_pages._markup import CSS as CSS, candidate_table_html as candidate_table_html  # noqa: F401 - the pages' markup
+from app_pages._markup import code_cell as code_cell, compare_keywords as compare_keywords  # noqa: F401
+from app_pages._markup import confidence_badge as confidence_badge, esc as esc, highlight_html as highlight_html  # noqa: F401
+from app_pages._markup import legend_html as legend_html, md as md, missing_keywords as missing_keywords  # noqa: F401
 
 
 # Candidates in the coding page's main table; the next ones sit in an expander. 10 = approach A's
@@ -112,6 +112,10 @@ def context() -> Context:
 AUTH_KEY = "auth_user"  # the signed-in user name: set by the sign-in page (or a test), never by the browser
 
 
+#: the address of every page but the default one (app.py's navigation): what a bookmark may hold before sign-in
+PAGE_PATHS = ("import_export", "vocabulary_browser", "annotate", "gold_tasks", "adjudicate", "review", "auto_coding",
+              "dashboards", "training", "editions", "admin_users")
+
 SESSION_COOKIE = "termnorm_session"  # the browser's session token (db.auth.create_session)
 
 
@@ -127,7 +131,8 @@ def sign_in(username: str, remember: bool = True) -> None:
 
 def sign_out() -> None:
     """Forget the user and everything this browser session held (widget state of the previous user), end the
-    session the cookie holds, and have the cookie cleared."""
+    session the cookie holds, and have the cookie cleared (and, after single sign-on, the provider's sign-in
+    in this app: app.py calls st.logout at the next run)."""
     name = st.session_state.get(AUTH_KEY)
     if name:
         with session() as s:
@@ -135,6 +140,44 @@ def sign_out() -> None:
     for key in list(st.session_state):
         del st.session_state[key]
     st.session_state["_set_cookie"] = ""  # cleared at the next run
+    if sso_signed_in():
+        st.session_state["_sso_logout"] = True
+
+
+def sso_providers() -> list[str] | None:
+    """Single sign-on (Streamlit's st.login over OpenID Connect) when ``.streamlit/secrets.toml`` has an ``[auth]``
+    section: [] for its one provider, else the names of its ``[auth.NAME]`` providers; None without it."""
+    try:
+        conf = st.secrets.get("auth")
+    except Exception:  # no secrets file at all
+        return None
+    if not conf:
+        return None
+    return [k for k, v in conf.items() if hasattr(v, "items")]
+
+
+def sso_signed_in() -> bool:
+    try:
+        return sso_providers() is not None and bool(st.user.is_logged_in)
+    except Exception:
+        return False
+
+
+def _sso_user() -> str | None:
+    """Sign in the account the identity provider vouched for (its ``oidc_claim``), once per browser session;
+    None (and the refused identity kept for the sign-in page) when no enabled account has that name."""
+    if not sso_signed_in():
+        return None
+    from termnorm import settings
+
+    identity = str(st.user.get(settings.get().oidc_claim) or "")
+    with session() as s:
+        user = auth.authenticate_oidc(s, identity, str(st.user.get("iss") or ""))
+    if user is None:
+        st.session_state["_sso_refused"] = identity or "(no " + settings.get().oidc_claim + " claim)"
+        return None
+    sign_in(user["username"])
+    return user["username"]
 
 
 def cookie_script() -> None:
@@ -167,6 +210,8 @@ def current_user() -> dict | None:
         if remembered is not None:
             sign_in(remembered["username"], remember=False)
             name = remembered["username"]
+        elif "_sso_refused" not in ss:
+            name = _sso_user()
     typed = not name and not auth.auth_enabled()
     if typed:
         name = (ss.get("username") or "").strip() or "coder"

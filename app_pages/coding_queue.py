@@ -17,7 +17,7 @@ import streamlit as st
 import streamlit.components.v1 as components
 
 from db import auth, learning, review, services
-from pages import _markup, _ui
+from app_pages import _markup, _ui
 from termnorm import settings
 
 SHOWN = _ui.SHOWN
@@ -345,7 +345,7 @@ with st.expander("Teach a synonym: this mention (or part of it) is another name 
 st.session_state[f"drawn_at_{mid}"] = time.time()
 st.session_state[ON_SCREEN] = str(mid)
 st.text_input("mention on screen", key=ON_SCREEN, label_visibility="collapsed")
-if MIN_GAP_S > 0:  # the same rule in the browser, where the key press happens (pages/_markup.py _DWELL_GUARD)
+if MIN_GAP_S > 0:  # the same rule in the browser, where the key press happens (app_pages/_markup.py _DWELL_GUARD)
     components.html(_markup.dwell_guard_html(MIN_GAP_S), height=0)
 
 # ---------------------------------------------------------------- prepare the next mentions (page already drawn)

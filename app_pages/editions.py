@@ -16,7 +16,7 @@ import pandas as pd
 import streamlit as st
 
 from db import editions, services
-from pages import _ui
+from app_pages import _ui
 from termnorm.errors import DataFormatError
 from termnorm.loaders import load_vocabulary
 

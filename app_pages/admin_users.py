@@ -10,7 +10,7 @@ import streamlit as st
 
 from db import auth, review
 from db.models import ROLES
-from pages import _ui
+from app_pages import _ui
 
 ctx = _ui.page("admin")
 ss = st.session_state

@@ -10,7 +10,7 @@ accounts on the Users page, and the first admin comes from the command line.
 import streamlit as st
 
 from db import auth
-from pages import _ui
+from app_pages import _ui
 
 _ui.style()
 
@@ -23,6 +23,19 @@ with mid:
     if first_run:
         st.info("No admin account exists yet. On the server, create the first one with\n\n"
                 "`termnorm create-admin YOUR_NAME` (it asks for the password), then sign in here.")
+    providers = _ui.sso_providers()
+    if providers is not None:  # the hospital's identity provider (.streamlit/secrets.toml [auth], st.login)
+        refused = st.session_state.get("_sso_refused")
+        if refused and _ui.sso_signed_in():
+            st.error(f"Your identity provider signed you in as {_ui.md(refused)}, but termnorm has no enabled "
+                     "account of that name. Ask an admin to create it on the Users page.", icon=":material/block:")
+            st.button("Sign out of single sign-on", on_click=st.logout)
+        else:
+            for name in providers or [None]:
+                label = f"Sign in with {name}" if name else "Sign in with single sign-on"
+                st.button(label, on_click=st.login, args=(name,) if name else (), type="primary", width="stretch",
+                          icon=":material/key:")
+            st.caption("or with a termnorm password:")
     with st.form("sign_in", border=True):
         username = st.text_input("User name", key="sign_in_user", max_chars=100)
         password = st.text_input("Password", type="password", key="sign_in_password")

@@ -218,7 +218,7 @@ def md(text) -> str:
     return _MARKDOWN.sub(r"\\\1", " ".join(str(text).splitlines()))
 
 
-#: The browser's half of the coding page's dwell rule (pages/coding_queue.py MIN_GAP_S): the server measures
+#: The browser's half of the coding page's dwell rule (app_pages/coding_queue.py MIN_GAP_S): the server measures
 #: from when it drew a mention to when it runs the click, so a loaded server can run late a key pressed 0.1 s
 #: after the page changed. In the page itself (a script added once to the app's document, outside the
 #: component's frame), every key press that is not typing and every click on a main-area button within
