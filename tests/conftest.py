@@ -109,3 +109,35 @@ def pytest_runtest_makereport(item, call):
         reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
         rep.outcome = "failed"
         rep.longrepr = f"skipped under CI=true, which must have every dependency: {reason}"
+
+
+_BACKEND_OF: dict[str, str] = {}
+_OUTCOMES: dict[str, str] = {}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        _BACKEND_OF[item.nodeid] = params.get("backend", "")
+
+
+def pytest_runtest_logreport(report):
+    """One outcome per test: its call's, or its setup's when that failed or skipped."""
+    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+        _OUTCOMES[report.nodeid] = report.outcome
+    elif report.when == "teardown" and report.outcome == "failed":
+        _OUTCOMES[report.nodeid] = "failed"
+
+
+def pytest_terminal_summary(terminalreporter):
+    """How many tests ran on each database backend (``make test`` prints it; issue 25 asks for the count)."""
+    counts: dict[str, dict[str, int]] = {}
+    for nodeid, outcome in _OUTCOMES.items():
+        b = _BACKEND_OF.get(nodeid) or "no database parameter"
+        counts.setdefault(b, {}).setdefault(outcome, 0)
+        counts[b][outcome] += 1
+    if not counts:
+        return
+    terminalreporter.write_sep("-", "tests per database backend")
+    for b in sorted(counts, key=lambda k: (k == "no database parameter", k)):
+        terminalreporter.write_line(f"{b}: " + ", ".join(f"{n} {o}" for o, n in sorted(counts[b].items())))
