@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One GPU slice of the cross-encoder training (issue 28), as run on a lent GPU machine with no network.
+#   benchmarks/gpu/device_run.sh CARRY_DIR OUT_DIR BUDGET_MIN [RESUME_DIR]
+# CARRY_DIR holds what benchmarks/gpu/pack.sh packed (the bundle, the encoder as encoder.tar.xz and,
+# optionally, wheels/*.whl: the transformers this repository is tested with). Checks the scripts on the
+# GPU with the tiny test first, then trains until BUDGET_MIN minutes are spent (train_kar.py --resume
+# continues a later slice from OUT_DIR's files).
+set -u
+carry=$1; out=$2; budget=$3; resume=${4:-}
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+start=$(date +%s)
+base=$PWD
+if ls "$carry"/wheels/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    "$carry"/wheels/*.whl && export PYTHONPATH=/tmp/site:$base
+  python3 -c "import transformers" 2>/dev/null || { echo "carried transformers does not import; using the machine's"; export PYTHONPATH=$base; }
+else
+  export PYTHONPATH=$base
+fi
+python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name(0))"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+bundle=/tmp/bundle
+mkdir -p $bundle && cp "$carry"/*.json.gz "$carry"/*_tagger.pkl $bundle/ && tar -xJf "$carry"/encoder.tar.xz -C $bundle
+python3 -m pytest -q -x -p no:cacheprovider --noconftest tests/test_gpu_kar.py 2>&1 | tail -3
+used=$(( ($(date +%s) - start) ))
+left=$(python3 -c "print(max(0.5, $budget - $used / 60))")
+echo "setup took ${used}s; training for ${left} min"
+python3 benchmarks/gpu/train_kar.py --bundle $bundle --out "$out" --budget-min "$left" ${resume:+--resume "$resume"}
