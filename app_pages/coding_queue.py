@@ -245,6 +245,10 @@ if current.get("status") == services.REREVIEW:
     st.warning(f"**Re-review:** {_ui.md(why)}. Coded before: {_ui.md(was)}. The suggestions below come from the "
                "serving model on the vocabulary edition in force.", icon=":material/history:")
 _ui.markup(f'<div class="tn-mention">{_ui.highlight_html(text, sug.keywords)}</div>')
+spelled = holder.engine.spelled_out(text)  # abbreviations the engine spelled out before reading the mention
+if spelled != text:
+    _ui.markup(f'<div class="tn-keys" data-testid="tn-spelled-out">read as: <b>{_ui.esc(spelled)}</b> '
+               "(abbreviation spelled out)</div>")
 _ui.markup(_ui.legend_html())
 
 # ---------------------------------------------------------------- what the engine proposes

@@ -41,7 +41,7 @@ from termnorm.recall.strategies import (
     keyword_abbreviations,
 )
 from termnorm.records import Candidate, KeywordSpan, LabelledMention, Suggestion
-from termnorm.text.normalize import normalize
+from termnorm.text.normalize import Abbreviations, normalize
 from termnorm.vocabulary import Vocabulary
 
 __all__ = ["ASSETS", "DEMO_ABBREVIATIONS", "DOMAIN_CODES", "HISTORY_EXTRAS", "PRETRAINED", "SIEVE_CONFIDENCE",
@@ -174,9 +174,10 @@ class Engine:
         return self.lexranker is not None
 
     # ---- recall -----------------------------------------------------------
-    def recall_batch(self, mentions: list[str], union=None) -> list[list[Candidate]]:
+    def recall_batch(self, mentions: list[str], union=None, originals=None) -> list[list[Candidate]]:
+        """Candidates of ``mentions`` (as the engine reads them); the sieve looks up ``originals`` (as typed)."""
         cands = (union or self.union).recall_batch(list(mentions))
-        for m, cl in zip(mentions, cands):
+        for m, cl in zip(originals or mentions, cands):
             hit = self._sieve.get(normalize(m))
             if hit:
                 self._boost_sieve(cl, hit)
@@ -351,19 +352,34 @@ class Engine:
         step = 64
         for s in range(0, len(mentions), step):
             chunk = mentions[s:s + step]
-            cand_lists = self.recall_batch(chunk)
-            out.extend(self._finish(chunk, cand_lists, k))
+            read = [self.spelled_out(m) for m in chunk]
+            cand_lists = self.recall_batch(read, originals=chunk)
+            out.extend(self._finish(read, cand_lists, k, originals=chunk))
             if progress:
                 progress(min(len(mentions), s + step), len(mentions))
         return out
 
-    def _finish(self, mentions, cand_lists, k) -> list[Suggestion]:
+    def spelled_out(self, mention: str) -> str:
+        """The mention as the engine reads it: abbreviations added at run time (the demo list, coders' ones)
+        spelled out (卵巢Ca -> 卵巢恶性肿瘤); the keyword folder's table is the recall's own (its "_abbr" keys)."""
+        added = getattr(self, "added_abbreviations", None)
+        if not added:
+            return mention
+        if getattr(self, "_spell", (None, None))[0] != len(added):
+            own = {normalize(a) for a in (self.abbreviations or {})}
+            self._spell = (len(added), Abbreviations({a: e for a, e in added if normalize(a) not in own}))
+        n = normalize(mention)
+        expanded = self._spell[1].expand(n)
+        return mention if expanded == n else expanded
+
+    def _finish(self, mentions, cand_lists, k, originals=None) -> list[Suggestion]:
         res = []
+        originals = list(originals or mentions)
         if self.lexranker is not None:
             n_parts = [self._n_parts(m) for m in mentions]
-            hcounts = [len(self._sieve.get(normalize(m), [])) for m in mentions]
-            for m, (ranked, chosen, x, feats, cp) in zip(
-                    mentions, self._rank_and_choose(mentions, cand_lists, n_parts, hcounts)):
+            hcounts = [len(self._sieve.get(normalize(m), [])) for m in originals]
+            for m, (ranked, chosen, x, feats, cp), read in zip(
+                    originals, self._rank_and_choose(mentions, cand_lists, n_parts, hcounts), mentions):
                 conf = (float(self.confidence_model.predict_proba([feats])[0, 1])
                         if self.confidence_model is not None else feats[0])
                 hit = self._sieve.get(normalize(m))
@@ -371,9 +387,9 @@ class Engine:
                     ranked.sort(key=lambda c: -c.scores.get("sieve", 0.0))
                     chosen, x, conf = list(hit), len(hit), max(conf, SIEVE_CONFIDENCE)
                 res.append(Suggestion(m, ranked[:k], x, chosen, conf, self.tag(m), self.model_version,
-                                      self._parts(m)))
+                                      self._parts(m), read if read != m else ""))
             return res
-        for m, cands in zip(mentions, cand_lists):
+        for m, cands, read in zip(originals, cand_lists, mentions):
             hit = self._sieve.get(normalize(m))
             ranked = sorted(cands, key=lambda c: (-c.scores.get("sieve", 0.0), -c.score))
             if hit:
@@ -381,7 +397,7 @@ class Engine:
             else:
                 chosen, conf = [c.term for c in ranked[:1]], _uncalibrated_confidence(ranked)
             res.append(Suggestion(m, ranked[:k], len(chosen), chosen, min(1.0, conf), self.tag(m),
-                                  self.model_version, self._parts(m)))
+                                  self.model_version, self._parts(m), read if read != m else ""))
         return res
 
     def _parts(self, mention: str) -> list[str]:

@@ -77,12 +77,13 @@ class Suggestion:
     keywords: list[KeywordSpan] = field(default_factory=list)
     model_version: str = "lexical"
     parts: list[str] = field(default_factory=list)  # split parts of a multi-part mention
+    spelled_out: str = ""  # the mention with its abbreviations spelled out, as the engine read it ("" if none)
 
 
 def suggestion_dict(s: Suggestion) -> dict:
     """A suggestion as JSON-ready data (``termnorm normalize --json``, the API's /normalize)."""
     return {
-        "mention": s.mention, "chosen": list(s.chosen), "predicted_count": s.predicted_count,
+        "mention": s.mention, "spelled_out": s.spelled_out, "chosen": list(s.chosen), "predicted_count": s.predicted_count,
         "confidence": float(s.confidence), "model_version": s.model_version,
         "keywords": [dict(start=k.start, end=k.end, kind=k.kind, text=k.text) for k in s.keywords],
         "candidates": [dict(term=c.term, code=c.code, codes=list(c.codes), score=float(c.score),

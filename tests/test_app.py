@@ -74,9 +74,9 @@ def suggestion(url: str, mention_id: int):
         return services.latest_suggestion(s, mention_id)
 
 
-def add_batch(url: str, texts: list[str], name: str = "test batch") -> int:
+def add_batch(url: str, texts: list[str], name: str = "test batch", vocabulary: str = "demo-procedures") -> int:
     with services.session_scope(url) as s:
-        return services.create_batch(s, name, services.vocabulary_id(s, "demo-procedures"), texts)
+        return services.create_batch(s, name, services.vocabulary_id(s, vocabulary), texts)
 
 
 # ----------------------------------------------------------------------------- start-up
@@ -371,6 +371,21 @@ def test_html_in_a_mention_is_escaped(db_url):
     assert all("<script" not in m.value and "<img" not in m.value for m in at.markdown)
 
 
+def test_an_abbreviation_in_a_mention_is_spelled_out_and_shown(db_url):
+    """卵巢Ca used to be suggested as 卵巢炎: the engine now reads it as 卵巢恶性肿瘤 and says so."""
+    start()
+    bid = add_batch(db_url, ["卵巢Ca", "左卵巢Ca术后"], name="abbreviations", vocabulary="demo-diagnoses")
+    at = start(batch=bid)
+    mid = current_id(at)
+    assert latest(db_url, mid)["text"] == "卵巢Ca"
+    assert suggestion(db_url, mid).chosen == ["卵巢恶性肿瘤"]
+    shown = [m.value for m in at.markdown if "tn-spelled-out" in m.value]
+    assert shown and "卵巢恶性肿瘤" in shown[0]
+    at.button(key=f"accept_{mid}").click()
+    rerun(at)
+    assert latest(db_url, mid)["decision"]["terms"] == ["卵巢恶性肿瘤"]
+
+
 def test_correction_changes_the_suggestion_for_the_same_mention(db_url):
     start()
     text = "甲状腺肿物切除"
@@ -480,7 +495,7 @@ def test_an_abbreviation_taught_on_the_vocabulary_page_is_found_on_the_coding_pa
         assert services.audit_frame(s).action.iloc[0] == "add_abbreviation"
     table = at.dataframe[-1].value  # every abbreviation the search knows: the taught one and the demo list
     assert ((table.abbreviation == "CBDE") & (table.added_by == "coder")).sum() == 1
-    assert (table.source == "list").sum() == 60
+    assert (table.source == "list").sum() == 61
     at.switch_page("app_pages/coding_queue.py")
     rerun(at)
     mid = current_id(at)

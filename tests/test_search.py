@@ -165,6 +165,7 @@ def test_lc_with_the_demo_list_and_taught_abbreviations_at_once(yidu):
         s.add_abbreviation(" ", "胆囊切除术")
 
 
+DEMO_WORD_PARTS = {"Ca": ("卵巢Ca", "卵巢恶性肿瘤")}  # abbreviations of a word part: a mention using it, its term
 DEMO_EXPECTED = {  # abbreviation -> the demo term it must bring first (procedures or diagnoses)
     "PCI": "经皮冠状动脉腔内血管成形术[PTCA]", "PTCA": "经皮冠状动脉腔内血管成形术[PTCA]", "CAG": "单根导管的冠状动脉造影术",
     "CABG": "一根冠状动脉的(主动脉)冠状动脉旁路移植", "RFCA": "经导管心脏射频消融术",
@@ -189,9 +190,14 @@ DEMO_EXPECTED = {  # abbreviation -> the demo term it must bring first (procedur
 
 def test_every_demo_abbreviation_brings_its_demo_term_first():
     table = json.loads(DEMO_ABBREVIATIONS.read_text("utf-8"))
-    assert set(table) == set(DEMO_EXPECTED) and 30 <= len(table) <= 60
+    assert set(table) == set(DEMO_EXPECTED) | set(DEMO_WORD_PARTS) and 30 <= len(table) <= 70
     searches = {w: VocabularySearch(demo_vocabulary(w), abbreviations=table) for w in ("procedures", "diagnoses")}
     wrong = {}
+    engine = Engine.from_demo("diagnoses")
+    for abbr, (mention, right) in DEMO_WORD_PARTS.items():  # part of a word: the engine reads 卵巢Ca as 卵巢恶性肿瘤
+        got = engine.suggest(mention).chosen
+        if got != [right]:
+            wrong[mention] = got
     for abbr, right in DEMO_EXPECTED.items():
         s = next(s for s in searches.values() if right in s.vocabulary)
         # the expansion itself must lead there: the abbreviation alone could be a demo synonym already
@@ -231,7 +237,7 @@ def test_engine_keeps_taught_abbreviations_through_save_and_load(tmp_path):
     back = Engine.load(tmp_path / "p")
     assert back.search_vocabulary("myx", 1)[0].term == "甲状腺功能减退"
     assert back.search_vocabulary("T2DM", 1)[0].term == "2型糖尿病"
-    assert Engine(demo_vocabulary("diagnoses")).use_demo_abbreviations() == 60
+    assert Engine(demo_vocabulary("diagnoses")).use_demo_abbreviations() == 61
     other = demo_vocabulary("diagnoses")
     other.name = "hospital-diagnoses"
     assert Engine(other).use_demo_abbreviations() == 0  # only demo vocabularies get the demo list
