@@ -77,38 +77,42 @@ def keyword_key(span: KeywordSpan) -> str:
     return text.removesuffix("术") or text if span.kind == "type" else text
 
 
-def compare_keywords(mention_spans: list[KeywordSpan], term_spans: list[KeywordSpan]) -> list[str | None]:
+def _agree(m: KeywordSpan, t: KeywordSpan, same) -> bool:
+    """A mention keyword and a term keyword of one kind mean the same: same text (:func:`keyword_key`), or a
+    rewrite coders make (``same``: the engine's learned equivalences, Engine.same_keyword: 肿瘤 -> 病损)."""
+    return m.kind == t.kind and (keyword_key(m) == keyword_key(t) or (same is not None and same(m.text, t.text)))
+
+
+def compare_keywords(mention_spans: list[KeywordSpan], term_spans: list[KeywordSpan],
+                     same=None) -> list[str | None]:
     """Per keyword of a candidate term: ``"match"``, ``"mismatch"`` or None (nothing to compare).
 
-    A keyword matches when the mention has a keyword of the same kind with the
-    same text (:func:`keyword_key`); it mismatches when the mention has keywords of that
-    kind, none with this text, and the kind is one of :data:`MISMATCH_KINDS`
-    (a different site or type usually means a different code).
+    A keyword matches when the mention has a keyword of the same kind that agrees with it (:func:`_agree`); it
+    mismatches when the mention has keywords of that kind, none agreeing, and the kind is one of
+    :data:`MISMATCH_KINDS` (a different site or type usually means a different code).
     """
-    mine: dict[str, set[str]] = {}
-    for s in mention_spans:
-        mine.setdefault(s.kind, set()).add(keyword_key(s))
     out: list[str | None] = []
-    for s in term_spans:
-        have = mine.get(s.kind)
-        if not have:
+    for t in term_spans:
+        kin = [m for m in mention_spans if m.kind == t.kind]
+        if not kin:
             out.append(None)
-        elif keyword_key(s) in have:
+        elif any(_agree(m, t, same) for m in kin):
             out.append("match")
         else:
-            out.append("mismatch" if s.kind in MISMATCH_KINDS else None)
+            out.append("mismatch" if t.kind in MISMATCH_KINDS else None)
     return out
 
 
-def missing_keywords(mention_spans: list[KeywordSpan], term_spans: list[KeywordSpan]) -> list[KeywordSpan]:
-    """Site / type keywords of the mention that the candidate lacks (shown greyed after the term)."""
-    have = {(s.kind, keyword_key(s)) for s in term_spans}
+def missing_keywords(mention_spans: list[KeywordSpan], term_spans: list[KeywordSpan],
+                     same=None) -> list[KeywordSpan]:
+    """Site / type keywords of the mention that the candidate lacks (shown greyed after the term): no keyword
+    of the term agrees with them (:func:`_agree`)."""
     seen, out = set(), []
-    for s in mention_spans:
-        key = (s.kind, keyword_key(s))
-        if s.kind in MISMATCH_KINDS and key not in have and key not in seen:
+    for m in mention_spans:
+        key = (m.kind, keyword_key(m))
+        if m.kind in MISMATCH_KINDS and key not in seen and not any(_agree(m, t, same) for t in term_spans):
             seen.add(key)
-            out.append(s)
+            out.append(m)
     return out
 
 
@@ -178,7 +182,7 @@ def code_cell(codes: list[str]) -> str:
 
 
 def candidate_table_html(cands: list[Candidate], mention_spans: list[KeywordSpan], chosen: list[str],
-                         tag, start: int = 1) -> str:
+                         tag, start: int = 1, same=None) -> str:
     """The ranked candidates as one HTML table: rank, code, highlighted term, fused score and its parts."""
     if not cands:
         return '<div class="tn-legend">No candidate.</div>'
@@ -187,9 +191,9 @@ def candidate_table_html(cands: list[Candidate], mention_spans: list[KeywordSpan
     rows = []
     for r, c in enumerate(cands, start=start):
         spans = tag(c.term)
-        marks = compare_keywords(mention_spans, spans)
+        marks = compare_keywords(mention_spans, spans, same)
         term = highlight_html(c.term, spans, marks)
-        miss = missing_keywords(mention_spans, spans)
+        miss = missing_keywords(mention_spans, spans, same)
         if miss:
             term += ' <span class="tn-miss">lacks ' + ", ".join(esc(s.text) for s in miss) + "</span>"
         parts = "".join(f'<span class="tn-part">{esc(k)} {v:.2f}</span>'

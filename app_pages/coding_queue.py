@@ -259,11 +259,12 @@ _ui.markup(f'<div style="margin:.6rem 0"><span class="tn-badge tn-grey">needs {c
            f'<span class="tn-keys">model {_ui.esc(sug.model_version)}</span></div>'
            f'<div style="margin-bottom:.4rem">Suggested: {chosen_html}</div>')
 
-_ui.markup(_ui.candidate_table_html(sug.candidates[:SHOWN], sug.keywords, sug.chosen, holder.tag))
+same = holder.engine.same_keyword  # a keyword is marked missing / different only where coders would not write it so
+_ui.markup(_ui.candidate_table_html(sug.candidates[:SHOWN], sug.keywords, sug.chosen, holder.tag, same=same))
 if len(sug.candidates) > SHOWN:
     with st.expander(f"{len(sug.candidates) - SHOWN} more candidates"):
         _ui.markup(_ui.candidate_table_html(sug.candidates[SHOWN:], sug.keywords, sug.chosen, holder.tag,
-                                            start=SHOWN + 1))
+                                            start=SHOWN + 1, same=same))
 
 # ---------------------------------------------------------------- the terms to save, with the code each exports
 vocab = holder.engine.vocabulary

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from termnorm import fitting, persist
+from termnorm import fitting, persist, reading
 from termnorm.demo import (
     ASSETS,
     DEMO_ABBREVIATIONS,
@@ -41,7 +41,7 @@ from termnorm.recall.strategies import (
     keyword_abbreviations,
 )
 from termnorm.records import Candidate, KeywordSpan, LabelledMention, Suggestion
-from termnorm.text.normalize import Abbreviations, normalize
+from termnorm.text.normalize import normalize
 from termnorm.vocabulary import Vocabulary
 
 __all__ = ["ASSETS", "DEMO_ABBREVIATIONS", "DOMAIN_CODES", "HISTORY_EXTRAS", "PRETRAINED", "SIEVE_CONFIDENCE",
@@ -359,18 +359,13 @@ class Engine:
                 progress(min(len(mentions), s + step), len(mentions))
         return out
 
+    def same_keyword(self, mention_keyword: str, term_keyword: str) -> bool:
+        """Whether coders treat the two keywords as the same (:func:`termnorm.reading.same_keyword`)."""
+        return reading.same_keyword(self, mention_keyword, term_keyword)
+
     def spelled_out(self, mention: str) -> str:
-        """The mention as the engine reads it: abbreviations added at run time (the demo list, coders' ones)
-        spelled out (卵巢Ca -> 卵巢恶性肿瘤); the keyword folder's table is the recall's own (its "_abbr" keys)."""
-        added = getattr(self, "added_abbreviations", None)
-        if not added:
-            return mention
-        if getattr(self, "_spell", (None, None))[0] != len(added):
-            own = {normalize(a) for a in (self.abbreviations or {})}
-            self._spell = (len(added), Abbreviations({a: e for a, e in added if normalize(a) not in own}))
-        n = normalize(mention)
-        expanded = self._spell[1].expand(n)
-        return mention if expanded == n else expanded
+        """The mention as the engine reads it (:func:`termnorm.reading.spelled_out`)."""
+        return reading.spelled_out(self, mention)
 
     def _finish(self, mentions, cand_lists, k, originals=None) -> list[Suggestion]:
         res = []

@@ -127,3 +127,25 @@ def test_the_coding_table_lists_recall_strategies_not_the_scorer():
     assert "tfidf 0.61" in html and "history 0.50" in html
     assert "diff" not in html and "-2.25" not in html and "clf" not in html and "0.37" not in html
     assert "<td>0.90</td>" in html  # the ranker keeps its own column
+
+
+def test_a_rewrite_coders_make_is_not_marked_a_different_site_still_is():
+    """Keyword marks agree with coders (issue 26): the learned 肿瘤 -> 病损 is the same keyword to them, 锁骨 for
+    髌骨 is not (Engine.same_keyword, the coding table's marks)."""
+    from app_pages import _ui
+
+    eng = Engine(demo_vocabulary("procedures"))
+    m, cl, g = _synthetic(SITES[:12])
+    eng.diff_scorer = SurfaceDiffScorer(tagger=eng.tagger)
+    eng.diff_scorer.fit_out_of_fold(m * 3, cl * 3, g * 3, folds=3)
+    assert eng.diff_scorer.rewrite_weight("肿瘤", "病损") > eng.diff_scorer.rewrite_weight("病损", "肿瘤")
+    assert eng.same_keyword("肿瘤", "病损") and not eng.same_keyword("锁骨", "髌骨")
+    mention = "胃肿瘤切除术"
+    spans = eng.tag(mention)
+
+    def table(term, same):
+        return _ui.candidate_table_html(cands(term), spans, [term], eng.tag, same=same)
+
+    assert "lacks 肿瘤" in table("胃病损切除术", None)  # before: every correct 病损 answer said "lacks 肿瘤"
+    assert "lacks" not in table("胃病损切除术", eng.same_keyword)
+    assert "lacks 胃" in table("肝病损切除术", eng.same_keyword)  # another site is still marked

@@ -189,6 +189,16 @@ class SurfaceDiffScorer:
         s = self._matrix(mentions, cand_lists) @ self.weights + self.bias
         return np.split(np.asarray(s, dtype=float), np.cumsum(sizes)[:-1])
 
+    def rewrite_weight(self, mention_keyword: str, term_keyword: str) -> float:
+        """The learned weight of writing ``mention_keyword`` as ``term_keyword`` (feature ``kx``: 肿瘤 -> 病损
+        positive, 锁骨 -> 髌骨 negative); 0.0 when never seen or not fitted."""
+        if self.weights is None:
+            return 0.0
+        hv = HashingVectorizer(analyzer=_identity, n_features=N_FEATURES, alternate_sign=False, norm=None,
+                               binary=True)
+        col = hv.transform([["kx" + normalize(mention_keyword) + "|" + normalize(term_keyword)]]).indices[0]
+        return float(self.weights[col])
+
     def annotate(self, mentions, cand_lists, scores=None) -> None:
         """Write the scores into each candidate's ``scores["diff"]`` (given ones, or the fitted model's)."""
         if scores is None:
