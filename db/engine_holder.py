@@ -60,6 +60,9 @@ class EngineHolder:
         self.revision = 0
         self._computed: dict[int, int] = {}  # mention id -> revision its stored suggestion was computed at
         self._learned: dict[str, int] = {}  # normalized text -> revision it was learned at
+        # (revision, character bigrams) of each text learnt, oldest first: which prepared suggestions a decision
+        # may have changed (only those of similar mentions; see :meth:`changed_since`)
+        self._log: list[tuple[int, frozenset[str]]] = []
 
     # -- suggestions
     def suggest_and_store(self, s, mention_ids: list[int], texts: list[str], progress=None) -> list[Suggestion]:
@@ -81,6 +84,23 @@ class EngineHolder:
                 progress(len(sugs), len(mention_ids))
         return sugs
 
+    def changed_since(self, revision: int, text: str) -> bool:
+        """Whether anything learnt after ``revision`` may change ``text``'s suggestion: a learnt text sharing at
+        least :data:`SIMILAR_BIGRAMS` of the shorter one's character bigrams (what the history recall and the sieve
+        match on). Other coders' decisions on unrelated mentions leave a prepared suggestion fresh -- recomputing
+        every upcoming suggestion after every decision made 20 coders wait on each other's recomputations."""
+        if revision >= self.revision:
+            return False
+        if not self._log or self._log[0][0] > revision + 1:  # older entries were dropped: assume changed
+            return True
+        mine = _bigrams(normalize(text))
+        for rev, theirs in reversed(self._log):
+            if rev <= revision:
+                return False
+            if mine & theirs and len(mine & theirs) >= SIMILAR_BIGRAMS * min(len(mine), len(theirs)):
+                return True
+        return False
+
     def is_stale(self, mention_id: int, text: str) -> bool:
         return self._learned.get(normalize(text), -1) > self._computed.get(mention_id, 0)
 
@@ -98,15 +118,16 @@ class EngineHolder:
         stored = services.latest_suggestion_versions(s, [m["id"] for m in upcoming])
         here = (self.engine.model_version, self.edition)
 
-        def fresh(mid: int) -> bool:
+        def fresh(mid: int, text: str) -> bool:
             if mid in self._computed:
-                return self._computed[mid] >= self.revision
+                return not self.changed_since(self._computed[mid], text)
             # stored by a background job or another app process: fresh when it is this model's, on this edition,
-            # and this engine has learnt nothing since it started
+            # and nothing this engine learnt since it started may change it
             version, edition = stored.get(mid, (None, None))
-            return self.revision == 0 and version == here[0] and (self.edition is None or edition == self.edition)
+            return (version == here[0] and (self.edition is None or edition == self.edition)
+                    and not self.changed_since(0, text))
 
-        todo = [m for m in upcoming if not fresh(m["id"])]
+        todo = [m for m in upcoming if not fresh(m["id"], m["text"])]
         if todo:
             self.suggest_and_store(s, [m["id"] for m in todo], [m["text"] for m in todo])
         return len(todo)
@@ -115,14 +136,19 @@ class EngineHolder:
     def learn(self, mention: str, terms: list[str]) -> None:
         with self.lock:
             self.engine.add_coded_mention(mention, list(terms))
-            self.revision += 1
-            self._learned[normalize(mention)] = self.revision
+            self._learnt(mention)
+
+    def _learnt(self, text: str) -> None:
+        self.revision += 1
+        self._learned[normalize(text)] = self.revision
+        self._log.append((self.revision, _bigrams(normalize(text))))
+        if len(self._log) > LOG_SIZE:
+            del self._log[:len(self._log) - LOG_SIZE]
 
     def learn_synonym(self, term: str, synonym: str) -> None:
         with self.lock:
             self.engine.add_synonym(term, synonym)
-            self.revision += 1
-            self._learned[normalize(synonym)] = self.revision
+            self._learnt(synonym)
 
     # -- look-ups
     def tag(self, text: str) -> list[KeywordSpan]:
@@ -132,6 +158,16 @@ class EngineHolder:
     def search(self, query: str, limit: int = 10) -> list[Candidate]:
         with self.lock:
             return self.engine.search_vocabulary(query, limit=limit)
+
+
+#: Share of the shorter text's character bigrams a learnt text must share for a prepared suggestion to be redone.
+SIMILAR_BIGRAMS = 0.34
+#: Learnt texts remembered for that check (older suggestions are redone).
+LOG_SIZE = 5000
+
+
+def _bigrams(text: str) -> frozenset[str]:
+    return frozenset(text[i:i + 2] for i in range(len(text) - 1)) or frozenset([text])
 
 
 def build_holder(url: str, vocabulary_id: int, version: str | None = None, edition: int | None = None) -> EngineHolder:

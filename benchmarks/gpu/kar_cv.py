@@ -47,6 +47,10 @@ PARTS = 5
 #: the ten pair models, in the order of the score matrix's columns
 PAIRS = list(combinations(range(PARTS), 2))
 HARD_KEEP = 30  # ordered candidates kept per mention for the hard negatives
+#: the whole measurement, in order (the GPU step may run in slices: --resume)
+STEPS = ["python3 benchmarks/gpu/kar_cv.py collect --sets yidu,cdn", "bash benchmarks/gpu/pack.sh",
+         "python3 benchmarks/gpu/train_kar.py --bundle runs/gpu/bundle --out runs/gpu/out (on the GPU)",
+         "python3 benchmarks/gpu/kar_cv.py fuse --sets yidu,cdn --scores runs/gpu/out"]
 
 
 def part_map(name: str, data: Path):
@@ -278,7 +282,8 @@ def fuse(args, sets) -> int:
     from benchmarks.cv import summarize
 
     scores = Path(args.scores or Path(args.work) / "out")
-    results = {"command": "python3 benchmarks/gpu/kar_cv.py " + " ".join(sys.argv[1:]), "results": {}}
+    results = {"command": "python3 benchmarks/gpu/kar_cv.py " + " ".join(sys.argv[1:]), "steps": STEPS,
+               "results": {}}
     for name in sets:
         if not (scores / f"{name}_scores.npz").is_file():
             print(f"{name}: no {scores / (name + '_scores.npz')}: train_kar.py has not scored this set")
