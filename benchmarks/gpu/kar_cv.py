@@ -251,9 +251,35 @@ def fuse_fold(name: str, data: str, k: int, seed: int, scores: str) -> dict:
     return out
 
 
+def alone_top1(bundle: Path, scores: Path, name: str) -> dict:
+    """The cross-encoder alone: per mention, out-of-fold (mean of the four models without its part), is the
+    best-scored of its candidates a gold term? Multi-term mentions count as misses unless noted."""
+    with gzip.open(bundle / f"{name}.json.gz", "rt", encoding="utf-8") as f:
+        doc = json.load(f)
+    matrix = np.load(scores / f"{name}_scores.npz")["scores"].astype(np.float32)
+    rows: dict[str, list[int]] = {}
+    for i, (m, _) in enumerate(doc["pairs"]):
+        rows.setdefault(m, []).append(i)
+    hit = single = single_hit = 0
+    for m in doc["mentions"]:
+        idx = rows.get(m["text"], [])
+        if not idx:
+            continue
+        cols = [PAIRS.index(tuple(sorted((m["part"], b)))) for b in range(PARTS) if b != m["part"]]
+        best = doc["pairs"][idx[int(np.nanargmax(np.nanmean(matrix[idx][:, cols], axis=1)))]][1]
+        ok = best in set(m["terms"])
+        hit += ok and len(m["terms"]) == 1
+        if len(m["terms"]) == 1:
+            single, single_hit = single + 1, single_hit + ok
+    n = len(doc["mentions"])
+    return {"mentions": n, "top1_all": round(hit / n, 4), "single_term_mentions": single,
+            "top1_single_term": round(single_hit / max(1, single), 4)}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("step", choices=["collect", "fuse"])
+    ap.add_argument("step", choices=["collect", "fuse", "alone"],
+                    help="alone: the cross-encoder's own top-1 from the scores, added to --out")
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
     ap.add_argument("--sets", default="yidu,cdn")
     ap.add_argument("--work", default=str(ROOT / "runs" / "gpu"), help="bundle/ and collect/ are written here")
@@ -273,6 +299,15 @@ def main(argv=None) -> int:
                         for k in range(PARTS)]
                 paths = [Path(j.result()) for j in jobs]
             print(json.dumps(build_bundle(name, data, paths, work / "bundle")), flush=True)
+        return 0
+    if args.step == "alone":
+        out = Path(args.out)
+        doc = json.loads(out.read_text(encoding="utf-8"))
+        for name in sets:
+            got = alone_top1(work / "bundle", Path(args.scores or work / "out"), name)
+            doc["results"][name]["kar_alone"] = got
+            print(name, json.dumps(got))
+        out.write_text(json.dumps(doc, indent=1, ensure_ascii=False), encoding="utf-8")
         return 0
     return fuse(args, sets)
 
