@@ -106,11 +106,14 @@ def compare_keywords(mention_spans: list[KeywordSpan], term_spans: list[KeywordS
 def missing_keywords(mention_spans: list[KeywordSpan], term_spans: list[KeywordSpan],
                      same=None) -> list[KeywordSpan]:
     """Site / type keywords of the mention that the candidate lacks (shown greyed after the term): no keyword
-    of the term agrees with them (:func:`_agree`)."""
+    of the term agrees with them (:func:`_agree`) or holds them (肿瘤 in 恶性肿瘤: the term says more, which
+    the red mark on its keyword shows)."""
     seen, out = set(), []
     for m in mention_spans:
         key = (m.kind, keyword_key(m))
-        if m.kind in MISMATCH_KINDS and key not in seen and not any(_agree(m, t, same) for t in term_spans):
+        held = any(t.kind == m.kind and keyword_key(m) in keyword_key(t) for t in term_spans)
+        if m.kind in MISMATCH_KINDS and key not in seen and not held and not any(_agree(m, t, same)
+                                                                                 for t in term_spans):
             seen.add(key)
             out.append(m)
     return out

@@ -123,8 +123,8 @@ def _decide(mention_id: int, action: str, terms=(), comment: str = "", codes=Non
         return
     drawn_at = st.session_state.get(f"drawn_at_{mention_id}")
     if drawn_at is None:  # its page run was cut short by this very click: the coder saw part of it at most
-        _ui.flash("warning", f"Ignored a click or key on mention #{current['position']} before its page was drawn: "
-                             "nothing saved; press again if you meant it.")
+        _ui.flash("warning", "Ignored a click or key that came while the mention was still being drawn (a repeated "
+                             "press?): nothing saved; press again if you meant it.")
         return
     shown_for = time.time() - drawn_at
     if shown_for < MIN_GAP_S:
@@ -260,10 +260,12 @@ _ui.markup(f'<div style="margin:.6rem 0"><span class="tn-badge tn-grey">needs {c
            f'<div style="margin-bottom:.4rem">Suggested: {chosen_html}</div>')
 
 same = holder.engine.same_keyword  # a keyword is marked missing / different only where coders would not write it so
-_ui.markup(_ui.candidate_table_html(sug.candidates[:SHOWN], sug.keywords, sug.chosen, holder.tag, same=same))
+# the marks compare the terms with the mention as the engine read it (卵巢Ca术后: 恶性肿瘤, not Ca)
+read_kw = holder.tag(spelled) if spelled != text else sug.keywords
+_ui.markup(_ui.candidate_table_html(sug.candidates[:SHOWN], read_kw, sug.chosen, holder.tag, same=same))
 if len(sug.candidates) > SHOWN:
     with st.expander(f"{len(sug.candidates) - SHOWN} more candidates"):
-        _ui.markup(_ui.candidate_table_html(sug.candidates[SHOWN:], sug.keywords, sug.chosen, holder.tag,
+        _ui.markup(_ui.candidate_table_html(sug.candidates[SHOWN:], read_kw, sug.chosen, holder.tag,
                                             start=SHOWN + 1, same=same))
 
 # ---------------------------------------------------------------- the terms to save, with the code each exports

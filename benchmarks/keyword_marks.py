@@ -68,7 +68,7 @@ def main(argv=None) -> int:
         return {"correct_marked": round(sum(k for k, r in zip(marks, right) if r) / max(1, n_right), 4),
                 "wrong_marked": round(sum(k for k, r in zip(marks, right) if not r) / max(1, len(right) - n_right), 4)}
 
-    rows = [{"marks": "same text only (before)", **count(None)}]
+    rows = [{"marks": "no learned equivalences", **count(None)}]
     default = reading.SAME_KEYWORD_WEIGHT
     for th in [float(x) for x in args.thresholds.split(",")]:
         reading.SAME_KEYWORD_WEIGHT = th

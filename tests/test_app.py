@@ -384,6 +384,13 @@ def test_an_abbreviation_in_a_mention_is_spelled_out_and_shown(db_url):
     at.button(key=f"accept_{mid}").click()
     rerun(at)
     assert latest(db_url, mid)["decision"]["terms"] == ["卵巢恶性肿瘤"]
+    # the next one, 左卵巢Ca术后: the marks compare the terms with the mention as read, so the right term's
+    # 恶性肿瘤 is not marked as a different type (it was, against the mention's 术后, in a user test)
+    assert latest(db_url, current_id(at))["text"] == "左卵巢Ca术后"
+    table = next(m.value for m in at.markdown if "tn-cands" in m.value)
+    pick = next(row for row in table.split("<tr") if 'class="tn-pick"' in row)
+    assert "卵巢恶性肿瘤" in pick or "恶性肿瘤" in pick
+    assert "kw-mismatch" not in pick
 
 
 def test_correction_changes_the_suggestion_for_the_same_mention(db_url):
