@@ -31,6 +31,10 @@ def get_or_create_user(s: Session, username: str, role: str = "coder") -> User:
     return u
 
 
+#: The account `termnorm load-data` acts as (db.loader): its decisions are the loaded sets' gold, not a coder's work.
+LOADER_USER = "import"
+
+
 def acting_user(s: Session, username: str) -> User:
     """The user a write is done by (:func:`get_or_create_user`), refused when the account is disabled: a page
     left open after an admin disabled it saves nothing (PermissionError, nothing written)."""

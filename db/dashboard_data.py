@@ -33,6 +33,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from db import auth, gold, services
+from db.accounts import LOADER_USER
 from db.models import Batch, Decision, Mention, Suggestion, SuggestionCandidate
 from termnorm.coding_metrics import vocabulary_levels
 from termnorm.text.normalize import normalize
@@ -71,10 +72,6 @@ def _batch_ids(s: Session, vocabulary_id: int | None, batch_id: int | None) -> l
 
 
 # ================================================================ decisions
-#: The user `termnorm load-data` acts as (db.loader).
-SYSTEM_USER = "import"
-
-
 def decisions_frame(s: Session, batch_id: int | None = None, vocabulary_id: int | None = None,
                     history: bool = False, shown: int = services.SHOWN_CANDIDATES) -> pd.DataFrame:
     """``services.decisions_frame`` + ``suggestion_id``, ``shown`` (top ``shown`` candidate names of the
@@ -85,7 +82,7 @@ def decisions_frame(s: Session, batch_id: int | None = None, vocabulary_id: int 
         df = df[df["batch_id"].isin(keep)].reset_index(drop=True)
     # what `termnorm load-data` decided for the loaded sets (mentions whose gold names the vocabulary lacks) is
     # not a coder's work: it would fill the throughput and count charts with a 300,000-an-hour "coder"
-    df = df[df["user"] != SYSTEM_USER].reset_index(drop=True)
+    df = df[df["user"] != LOADER_USER].reset_index(drop=True)
     sug_of: dict[int, int | None] = {}
     for chunk in _chunks(df["decision_id"].tolist()):
         sug_of.update(s.execute(select(Decision.id, Decision.suggestion_id).where(Decision.id.in_(chunk))).all())

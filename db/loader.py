@@ -19,6 +19,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from db.accounts import LOADER_USER
+
 # (vocabulary name, vocabulary file, [(batch name, labelled file, already coded?)]); a coded (train) file trains,
 # the other (dev / val) is the held-out evaluation side: each set's official split (db.learning.assign_by_file)
 KNOWN = [
@@ -92,7 +94,7 @@ def _load_vocabulary(name: str, vpath: Path, sets, folder: Path, db_url, limit, 
     vocab = load_vocabulary(vpath, name=name)
     with services.session_scope(db_url) as s:
         vid = services.load_vocabulary(s, vocab, name)
-        services.ensure_user(s, "import", role="admin")
+        services.ensure_user(s, LOADER_USER, role="admin")
     res.vocabularies[name] = vid
     print(f"{name}: {len(vocab)} terms (vocabulary id {vid})")
     _set_pipeline(vpath.relative_to(folder).as_posix(), folder, vid, db_url)
@@ -108,7 +110,7 @@ def _load_vocabulary(name: str, vpath: Path, sets, folder: Path, db_url, limit, 
             if bname in {b["name"] for b in services.batches(s, vid)}:
                 print(f"  {bname}: already loaded")
                 continue
-            bid = services.create_batch(s, bname, vid, mentions, username="import", source_file=str(lpath))
+            bid = services.create_batch(s, bname, vid, mentions, username=LOADER_USER, source_file=str(lpath))
         sides[bid] = "train" if coded else "eval"
         if any(m.terms for m in mentions) and vid not in res.labelled:
             res.labelled.append(vid)
@@ -123,7 +125,7 @@ def _load_vocabulary(name: str, vpath: Path, sets, folder: Path, db_url, limit, 
         from db import learning
 
         with services.session_scope(db_url) as s:
-            split = learning.assign_by_file(s, vid, sides, "import")
+            split = learning.assign_by_file(s, vid, sides, LOADER_USER)
         print(f"  evaluation split: the official one of the files, {split['train']} training and {split['eval']} "
               f"held-out labelled mentions")
 
@@ -141,12 +143,12 @@ def _set_pipeline(vfile: str, folder: Path, vocabulary_id: int, db_url) -> None:
         wanted["keyword_dir"] = str((folder / "keywords").resolve())
     if wanted:
         with services.session_scope(db_url) as s:
-            learning.set_pipeline_settings(s, vocabulary_id, wanted, "import")
+            learning.set_pipeline_settings(s, vocabulary_id, wanted, LOADER_USER)
     listed = folder / "keywords" / "abbreviations.json"
     if keywords and listed.exists():
         pairs = json.loads(listed.read_text(encoding="utf-8")).items()
         with services.session_scope(db_url) as s:
-            n = abbreviations.import_list(s, vocabulary_id, pairs, "import")
+            n = abbreviations.import_list(s, vocabulary_id, pairs, LOADER_USER)
         print(f"  abbreviations: {n} new from {listed.relative_to(folder)}")
 
 
@@ -163,11 +165,11 @@ def _decide_coded(db_url, batch_id: int, mentions, vocab, bname: str, progress: 
         missing = [t for t in m.terms if t not in vocab]
         with services.session_scope(db_url) as s:
             if missing or not m.terms:
-                services.record_decision(s, mid, "import", "reject",
+                services.record_decision(s, mid, LOADER_USER, "reject",
                                          comment=MISSING_COMMENT + ", ".join(missing or ["(no gold name)"]))
                 rejected += 1
             else:
-                services.record_decision(s, mid, "import", "correct", list(m.terms), comment="imported gold")
+                services.record_decision(s, mid, LOADER_USER, "correct", list(m.terms), comment="imported gold")
     return rejected
 
 
