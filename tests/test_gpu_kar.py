@@ -104,3 +104,14 @@ def test_an_outer_fold_is_measured_only_when_its_four_models_are_trained():
     assert kar_cv.complete_folds([True] * 4 + [False] * 6) == [0]
     assert kar_cv.complete_folds([True] * 9 + [False]) == [0, 1, 2]
     assert kar_cv.complete_folds([True] * 10) == [0, 1, 2, 3, 4]
+
+
+def test_batches_built_by_worker_processes_score_the_same(bundle, tmp_path):
+    """RankerModel.score_pairs(workers=2), as train_kar.py scores on a GPU machine, against one process."""
+    runs = {}
+    for w in ("0", "2"):
+        args = _args(bundle, tmp_path / f"w{w}", "--models", "3")
+        args[args.index("--workers") + 1] = w
+        assert train_kar.main(args) == 0
+        runs[w] = np.load(tmp_path / f"w{w}" / "tiny_scores.npz")["scores"]
+    assert np.array_equal(runs["0"], runs["2"], equal_nan=True) and (~np.isnan(runs["2"][:, 3].astype(float))).any()

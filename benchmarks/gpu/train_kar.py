@@ -51,36 +51,6 @@ def gpu_name() -> str:
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
 
 
-def score_parallel(model, mentions: list[str], terms: list[str], batch_size: int, workers: int) -> np.ndarray:
-    """model.score_pairs with the batches built by ``workers`` processes (encode_pairs is Python per pair,
-    slower than the GPU's forward pass)."""
-    import torch
-
-    from termnorm.rank.kar import _autocast
-
-    out = np.zeros(len(mentions), dtype=np.float32)
-    if not mentions:
-        return out
-    order = np.argsort([len(m) + len(t) for m, t in zip(mentions, terms)], kind="stable")
-    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
-
-    class Batches(torch.utils.data.Dataset):
-        def __len__(self):
-            return len(batches)
-
-        def __getitem__(self, i):
-            idx = batches[i]
-            return idx, model.encode_pairs([mentions[j] for j in idx], [terms[j] for j in idx])
-
-    loader = torch.utils.data.DataLoader(Batches(), batch_size=None, num_workers=workers,
-                                         prefetch_factor=4 if workers else None)
-    model.module.eval()
-    with torch.inference_mode(), _autocast(model.device):
-        for idx, batch in loader:
-            out[idx] = torch.sigmoid(model.logits(batch).float()).cpu().numpy()
-    return out
-
-
 def train_one(doc: dict, col: int, args, encoder: Path) -> tuple[np.ndarray, np.ndarray, dict]:
     """Pair model ``col``: trained without parts a and b; scores of the pairs that need it."""
     from termnorm.rank.kar import RankerModel
@@ -104,8 +74,8 @@ def train_one(doc: dict, col: int, args, encoder: Path) -> tuple[np.ndarray, np.
     t1 = time.perf_counter()
     rows = np.array([i for i, need in enumerate(doc["need"]) if col in need], dtype=np.int64)[:args.score_limit]
     pairs = doc["pairs"]
-    probs = score_parallel(model, [pairs[i][0] for i in rows], [pairs[i][1] for i in rows],
-                           args.score_batch, args.workers)
+    probs = model.score_pairs([pairs[i][0] for i in rows], [pairs[i][1] for i in rows], args.score_batch,
+                              workers=args.workers)
     t2 = time.perf_counter()
     report = {"model": col, "without_parts": [a, b], "train_mentions": len(train), "steps": hist["steps"],
               "pairs_per_epoch": hist["pairs_per_epoch"], "loss_per_epoch": [round(x, 4) for x in hist["loss"]],

@@ -278,19 +278,26 @@ class RankerModel:
         batch = {k: v.to(self.device) for k, v in batch.items()}
         return self.module(**batch)
 
-    def score_pairs(self, mentions: Sequence[str], candidates: Sequence[str], batch_size: int = 64) -> np.ndarray:
-        """P(match) for each (mention, candidate) pair."""
+    def score_pairs(self, mentions: Sequence[str], candidates: Sequence[str], batch_size: int = 64,
+                    workers: int = 0) -> np.ndarray:
+        """P(match) for each (mention, candidate) pair. ``workers`` > 0: that many processes build the batches
+        (encode_pairs is Python per pair; on a GPU it, not the forward pass, sets the pace)."""
         out = np.zeros(len(mentions), dtype=np.float32)
         if not len(mentions):
             return out
         # batches of similar length waste less compute on padding
         order = np.argsort([len(m) + len(c) for m, c in zip(mentions, candidates)], kind="stable")
+        groups = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+
+        def encoded(i):
+            return groups[i], self.encode_pairs([mentions[j] for j in groups[i]], [candidates[j] for j in groups[i]])
+
+        batches = map(encoded, range(len(groups))) if not workers else torch.utils.data.DataLoader(
+            _Indexed(encoded, len(groups)), batch_size=None, num_workers=workers, prefetch_factor=4)
         was_training = self.module.training
         self.module.eval()
         with torch.inference_mode(), _autocast(self.device):
-            for i in range(0, len(order), batch_size):
-                idx = order[i:i + batch_size]
-                batch = self.encode_pairs([mentions[j] for j in idx], [candidates[j] for j in idx])
+            for idx, batch in batches:
                 out[idx] = torch.sigmoid(self.logits(batch).float()).cpu().numpy()
         self.module.train(was_training)
         return out
@@ -406,6 +413,19 @@ class RankerModel:
 
 # ---------------------------------------------------------------------------
 # helpers
+
+
+class _Indexed(torch.utils.data.Dataset):
+    """``fn(0) .. fn(n - 1)`` as a dataset (DataLoader workers are forked: ``fn`` needs no pickling)."""
+
+    def __init__(self, fn, n: int):
+        self.fn, self.n = fn, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i):
+        return self.fn(i)
 
 
 def _check_slots(slots: Sequence[str]) -> None:
