@@ -103,9 +103,14 @@ def build_engine(args, progress=True):
 
 
 def cmd_normalize(args) -> int:
+    if args.input or args.output:
+        return _normalize_file(args)
+    if not args.text:
+        print("give mentions to normalize, or --input FILE --output FILE", file=sys.stderr)
+        return 2
     eng = build_engine(args, progress=False)
     for text in args.text:
-        sug = eng.suggest(text, k=args.k)
+        sug = eng.suggest(text, k=args.k or 10)
         if args.json:
             print(json.dumps(_suggestion_json(sug), ensure_ascii=False, indent=1))
             continue
@@ -120,6 +125,25 @@ def cmd_normalize(args) -> int:
             mark = "*" if c.term in sug.chosen else " "
             print(f"{i:>3}{mark}{c.score:6.3f}  {c.code or '':<12} {c.term}   [{parts}]")
         print()
+    return 0
+
+
+def _normalize_file(args) -> int:
+    from termnorm.batch import BatchOptions, PrecodeJob, summary
+
+    if not (args.input and args.output):
+        print("batch pre-coding needs both --input FILE and --output FILE", file=sys.stderr)
+        return 2
+    engine_options = {k: getattr(args, k) for k in ("vocab", "train", "model", "keywords", "no_split", "dense",
+                                                     "ranker", "recall_profile", "max_candidates")}
+    engine_options["history_extras"] = list(args.history_extras)
+    engine_options = {k: str(Path(v).resolve()) if k in ("vocab", "train", "model", "keywords", "dense", "ranker")
+                      and v else v for k, v in engine_options.items()}
+    opt = BatchOptions(column=args.column, keep=args.keep or [], header=not args.no_header, k=args.k or 5,
+                       batch_size=args.batch_size, restart=args.restart, progress=not args.quiet, ray=args.ray,
+                       actors=args.actors, num_cpus=args.num_cpus, num_gpus=args.num_gpus)
+    stats = PrecodeJob(args.input, args.output, engine_options, opt).run()
+    print(summary(stats, args.output))
     return 0
 
 
@@ -329,9 +353,27 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     p = sub.add_parser("normalize", help="rank standard terms for mentions")
-    p.add_argument("text", nargs="+")
-    p.add_argument("--k", type=int, default=10)
+    p.add_argument("text", nargs="*")
+    p.add_argument("--k", type=int, default=None, help="candidates per mention (default 10; 5 in a batch file)")
     p.add_argument("--json", action="store_true")
+    b = p.add_argument_group("batch pre-coding of a file (streamed, distinct strings coded once, resumable)")
+    b.add_argument("--input", help="mentions to pre-code: .csv .tsv .txt .jsonl .xlsx .parquet (the column named "
+                                   "'mention', else --column, else the first)")
+    b.add_argument("--output", help="where to write every row with its result (.csv .tsv .jsonl .xlsx .parquet); "
+                                    "OUTPUT.work/ keeps the coded strings so a re-run continues")
+    b.add_argument("--column", help="the mention column's name (its number with --no-header)")
+    b.add_argument("--keep", type=lambda s: [c.strip() for c in s.split(",") if c.strip()],
+                   help="input columns copied to the output, comma-separated (e.g. record_id,visit_date)")
+    b.add_argument("--no-header", action="store_true", help="a CSV / TSV / XLSX input has no header row")
+    b.add_argument("--batch-size", type=_positive_int, default=256, help="mentions per engine call (default 256)")
+    b.add_argument("--restart", action="store_true", help="forget what OUTPUT.work/ holds and code everything again")
+    b.add_argument("--quiet", action="store_true", help="no progress bars")
+    b.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                   help="code on Ray Data engine actors: a local Ray instance, or the cluster at ADDRESS "
+                        "(ray://host:10001 or auto)")
+    b.add_argument("--actors", type=_positive_int, default=2, help="engine actors with --ray (default 2)")
+    b.add_argument("--num-cpus", type=float, default=1.0, help="CPUs per engine actor (default 1)")
+    b.add_argument("--num-gpus", type=float, default=0.0, help="GPUs per engine actor (default 0)")
     _add_data_args(p)
     p.set_defaults(func=cmd_normalize)
 
