@@ -10,13 +10,14 @@ ConceptMap or an OMOP SOURCE_TO_CONCEPT_MAP (``db.exports.export_batch``): the
 file is built by "Prepare the export", then downloaded as ready bytes.
 """
 
+import tempfile
 from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
 import streamlit as st
 
-from db import exports, services, suggest_jobs
+from db import exports, precoded, services, suggest_jobs
 from app_pages import _jobs, _ui
 from termnorm.jobs import JobBusy, JobRunner
 
@@ -48,17 +49,38 @@ def on_import() -> None:
         _ui.flash("error", "Choose a file first.")
         return
     name = (st.session_state.get("batch_name") or "").strip() or Path(up.name).stem
-    # the upload goes in as is (db.imports reads Streamlit's UploadedFile): every problem names the original file
-    with _ui.session() as s:
-        report = services.import_mentions(s, up, name, ctx.vocabulary_id, username=ctx.username)
+    report = _import_precoded(up, name)
+    if report is None:
+        # the upload goes in as is (db.imports reads Streamlit's UploadedFile): every problem names the file
+        with _ui.session() as s:
+            report = services.import_mentions(s, up, name, ctx.vocabulary_id, username=ctx.username)
     st.session_state["import_report"] = report
     if report.batch_id is not None:
         st.session_state["batch_id"] = report.batch_id  # the sidebar switches to the new batch
 
 
+def _import_precoded(up, name: str):
+    """A file ``termnorm normalize --output`` wrote goes in with its suggestions (db.precoded); else None."""
+    suffix = Path(up.name).suffix.lower()
+    if suffix not in (".csv", ".tsv", ".xlsx", ".jsonl", ".parquet"):
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"upload{suffix}"
+        path.write_bytes(up.getvalue())
+        if not precoded.is_precoded(path):
+            return None
+        bar = st.progress(0.0, text="Storing the file's suggestions")
+        with _ui.session() as s:
+            return precoded.import_precoded(
+                s, path, name, ctx.vocabulary_id, ctx.username, shown_name=up.name,
+                progress=lambda done, total: bar.progress(done / total, text=f"{done:,} / {total:,} suggestions"))
+
+
 st.subheader(f"Import mentions into {vocab_name}")
-st.file_uploader("CSV, XLSX or CHIP-CDN JSON (a `mention`/`text`/`原始词` column; optional gold `terms`)",
-                 type=["csv", "xlsx", "json", "txt", "tsv"], key="upload")
+st.file_uploader("CSV, XLSX or CHIP-CDN JSON (a `mention`/`text`/`原始词` column; optional gold `terms`), or a "
+                 "pre-coded file from `termnorm normalize --output` (CSV, TSV, XLSX, JSONL, Parquet: imported with "
+                 "its suggestions, one mention per distinct text)",
+                 type=["csv", "xlsx", "json", "txt", "tsv", "jsonl", "parquet"], key="upload")
 c = st.columns([3, 1], vertical_alignment="bottom")
 c[0].text_input("Batch name", key="batch_name", placeholder="default: the file name")
 c[1].button("Import", type="primary", on_click=on_import, width="stretch")
@@ -113,6 +135,19 @@ if current is not None:
                    "a new one can start when it ends.")
     _jobs.panel(jobs_runner, "suggest_job", result=_jobs.suggestion_outcome,
                 lock=suggest_jobs.lock(ctx.vocabulary_id))  # this vocabulary's suggestion jobs only
+    # ---------------------------------------------------------------- queue order
+    def on_order(batch_id: int) -> None:
+        with _ui.session() as s:
+            order = st.session_state[f"queue_order_{batch_id}"]
+            services.set_queue_order(s, batch_id, order, ctx.username)
+        _ui.flash("toast", f"Coders of this batch are now served {services.ORDER_LABELS[order]}.")
+
+    st.subheader("Queue order")
+    c = st.columns([3, 1], vertical_alignment="bottom")
+    c[0].selectbox(f'Coders of **{_ui.esc(current["name"])}** are served', services.ORDERS,
+                   index=services.ORDERS.index(current["queue_order"]), key=f"queue_order_{current['id']}",
+                   format_func=services.ORDER_LABELS.get)
+    c[1].button("Apply", key="queue_order_apply", on_click=on_order, args=(current["id"],), width="stretch")
 else:
     st.caption("No batch yet.")
 

@@ -25,7 +25,12 @@ OPEN_STATUSES = ("new", "suggested")  # the review queue proper
 # mentions whose decision needs another look (retired / re-coded term, sent back by a lead): served first
 REREVIEW = "rereview"
 
-ORDERS = ("file", "uncertainty")
+# the order coders are served in (a batch's queue_order): the file's; the least confident stored suggestion first
+# (active learning); the most confident first (quick confirmations); the text most rows share first (a pre-coded
+# history: coding its frequent strings first settles most rows soonest, as Usagi does)
+ORDERS = ("file", "uncertainty", "confidence", "frequency")
+ORDER_LABELS = {"file": "file order", "uncertainty": "least confident first (active learning)",
+                "confidence": "most confident first", "frequency": "most frequent text first"}
 
 
 # ================================================================ batches / mentions
@@ -120,13 +125,26 @@ def batches(s: Session, vocabulary_id: int | None = None) -> list[dict]:
     counts = (select(Mention.batch_id, func.count().label("n"),
                      func.sum(case((Mention.status.in_(FINAL_STATUSES), 1), else_=0)).label("done"))
               .group_by(Mention.batch_id).subquery())
-    q = (select(Batch.id, Batch.name, Batch.vocabulary_id, Batch.created_at,
+    q = (select(Batch.id, Batch.name, Batch.vocabulary_id, Batch.created_at, Batch.queue_order,
                 func.coalesce(counts.c.n, 0), func.coalesce(counts.c.done, 0))
          .outerjoin(counts, counts.c.batch_id == Batch.id).order_by(Batch.id))
     if vocabulary_id is not None:
         q = q.where(Batch.vocabulary_id == vocabulary_id)
-    return [{"id": i, "name": n, "vocabulary_id": v, "created_at": at, "n_mentions": k, "n_done": d}
-            for i, n, v, at, k, d in s.execute(q)]
+    return [{"id": i, "name": n, "vocabulary_id": v, "created_at": at, "queue_order": o, "n_mentions": k,
+             "n_done": d} for i, n, v, at, o, k, d in s.execute(q)]
+
+
+def set_queue_order(s: Session, batch_id: int, order: str, username: str | None = None) -> None:
+    """Serve the batch's coders in ``order`` (:data:`ORDERS`) from their next mention on; audited."""
+    if order not in ORDERS:
+        raise ValueError(f"unknown order {order!r}; expected one of {', '.join(ORDERS)}")
+    b = s.get(Batch, batch_id)
+    if b is None:
+        raise KeyError(f"no batch {batch_id}")
+    before, b.queue_order = b.queue_order, order
+    audit(s, acting_user(s, username) if username else None, "queue_order", "batch", batch_id,
+          {"from": before, "to": order})
+    s.commit()
 
 
 def batch_progress(s: Session, batch_id: int) -> tuple[int, int]:
@@ -176,7 +194,8 @@ def mentions(s: Session, batch_id: int, status: str | Sequence[str] | None = Non
 CLAIM_ATTEMPTS, CLAIM_SPREAD = 60, 12
 
 
-def next_mention(s: Session, batch_id: int, username: str, order: str = "file", claim: bool = True) -> dict | None:
+def next_mention(s: Session, batch_id: int, username: str, order: str | None = None,
+                 claim: bool = True) -> dict | None:
     """The mention to review next, or None when the batch is finished.
 
     Mentions sent to re-review first (their decision's term was retired or
@@ -186,8 +205,11 @@ def next_mention(s: Session, batch_id: int, username: str, order: str = "file", 
     loses a mention. Flagged mentions wait for a lead: they are queued (after the
     skipped ones) only for users with role lead / admin. Because the queue is
     derived from the committed statuses, a restarted app resumes where the
-    coder was. ``order="uncertainty"`` serves the least confident stored
-    suggestion first (active learning), unsuggested mentions last.
+    coder was. ``order`` (default: the batch's ``queue_order``) changes the
+    order within each of those groups (:data:`ORDERS`): ``"uncertainty"``
+    serves the least confident stored suggestion first (active learning),
+    ``"confidence"`` the most confident, ``"frequency"`` the text most source
+    rows share; mentions without that value come last, in file order.
 
     Coders sharing a batch get different mentions: the mention served is
     *claimed* for ``username`` (committed), and mentions other coders claimed
@@ -196,6 +218,8 @@ def next_mention(s: Session, batch_id: int, username: str, order: str = "file", 
     releases the claim, and an abandoned screen's claim lapses. ``claim=False``
     only looks (nothing written, other coders' claims still respected).
     """
+    if order is None:
+        order = s.scalar(select(Batch.queue_order).where(Batch.id == batch_id)) or "file"
     if order not in ORDERS:
         raise ValueError(f"unknown order {order!r}; expected one of {', '.join(ORDERS)}")
     role = s.scalar(select(User.role).where(User.username == username))
@@ -210,6 +234,10 @@ def next_mention(s: Session, batch_id: int, username: str, order: str = "file", 
         keys = [case((mine, 0), else_=1), tier]
         if order == "uncertainty":
             keys += [Mention.confidence.is_(None), Mention.confidence]
+        elif order == "confidence":
+            keys += [Mention.confidence.is_(None), Mention.confidence.desc()]
+        elif order == "frequency":
+            keys += [Mention.frequency.is_(None), Mention.frequency.desc()]
         q = (select(Mention.id, Mention.text, Mention.position, Mention.status, Mention.claimed_by,
                     Mention.claimed_at)
              .where(Mention.batch_id == batch_id, Mention.status.in_((REREVIEW,) + OPEN_STATUSES + later), free)

@@ -256,6 +256,8 @@ class Batch(Base):
     source_file: Mapped[str] = mapped_column(String(NAME_LEN), default="")
     created_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # (0007) the order coders are served in: db.batches.ORDERS
+    queue_order: Mapped[str] = mapped_column(String(20), default="file", server_default="file")
 
     vocabulary: Mapped[Vocabulary] = relationship()
 
@@ -286,6 +288,8 @@ class Mention(Base):
     claimed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # (0005) "train" / "eval": the side of a labelled mention in the vocabulary's evaluation split (db.learning)
     split: Mapped[str | None] = mapped_column(String(10))
+    # (0007) rows of the source sharing this text (a pre-coded file's mention_rows): order="frequency"
+    frequency: Mapped[int | None] = mapped_column(Integer)
 
     batch: Mapped[Batch] = relationship()
 

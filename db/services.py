@@ -38,6 +38,7 @@ from db.batches import (
     FINAL_STATUSES,
     OPEN_STATUSES,
     ORDERS,
+    ORDER_LABELS,
     REREVIEW,
     batch_progress,
     batches,
@@ -51,6 +52,7 @@ from db.batches import (
     mention,
     mentions,
     next_mention,
+    set_queue_order,
 )
 from db.decisions import (
     PART_RELATIONSHIP,
@@ -100,8 +102,9 @@ __all__ = [
     "ACTIVE", "add_synonym", "load_vocabulary", "set_system_uri", "term_code_fields", "term_synonyms",
     "user_synonyms", "vocabularies", "vocabulary_from_db", "vocabulary_id",
     # db.batches
-    "CLAIM_MINUTES", "FINAL_STATUSES", "OPEN_STATUSES", "ORDERS", "REREVIEW", "batch_progress", "batches",
-    "claim", "claimed_by_others", "claims", "release_claim", "release_claims", "create_batch", "import_mentions", "mention", "mentions", "next_mention",
+    "CLAIM_MINUTES", "FINAL_STATUSES", "OPEN_STATUSES", "ORDERS", "ORDER_LABELS", "REREVIEW", "batch_progress",
+    "batches", "claim", "claimed_by_others", "claims", "release_claim", "release_claims", "create_batch",
+    "import_mentions", "mention", "mentions", "next_mention", "set_queue_order",
     # db.suggestions
     "latest_suggestion", "latest_suggestion_versions", "store_suggestion", "store_suggestions",
     # db.decisions

@@ -99,6 +99,14 @@ def add_server_commands(sub) -> None:
     p.add_argument("dest", help="the backup file to write (never overwritten)")
     p.add_argument("--db", help="SQLAlchemy URL (default: $TERMNORM_DB_URL, else the data directory's SQLite file)")
     p.set_defaults(func=cmd_backup)
+    p = sub.add_parser("import-precoded", help="a pre-coded file (termnorm normalize --output) into the app as a "
+                                               "batch with its suggestions, most frequent text first")
+    p.add_argument("file")
+    p.add_argument("--vocabulary", required=True, help="the app's vocabulary it was coded against (its name)")
+    p.add_argument("--batch", help="the batch's name (default: the file name)")
+    p.add_argument("--user", help="the account the import is audited as (default: none)")
+    p.add_argument("--db", help="SQLAlchemy URL (default: $TERMNORM_DB_URL, else the data directory's SQLite file)")
+    p.set_defaults(func=cmd_import_precoded)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -124,6 +132,32 @@ def cmd_api_token(args: argparse.Namespace) -> int:
         return 2
     print(token)
     return 0
+
+
+def cmd_import_precoded(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from db import precoded, services
+
+    with services.session_scope(args.db) as s:
+        vid = services.vocabulary_id(s, args.vocabulary)
+        if vid is None:
+            names = ", ".join(v["name"] for v in services.vocabularies(s)) or "none yet"
+            print(f"error: no vocabulary {args.vocabulary!r} in the app (it has: {names})", file=sys.stderr)
+            return 2
+        bar = tqdm(desc="store suggestions", unit=" mentions", file=sys.stderr)
+
+        def progress(done, total):
+            bar.total = total
+            bar.update(done - bar.n)
+
+        report = precoded.import_precoded(s, args.file, args.batch or Path(args.file).stem, vid, args.user,
+                                          progress=progress)
+        bar.close()
+    print(report.summary() + (f"; batch #{report.batch_id}" if report.batch_id else ""))
+    for e in [*report.errors, *report.notices][:20]:
+        print(f"  {e}")
+    return 0 if report.batch_id else 2
 
 
 def cmd_backup(args: argparse.Namespace) -> int:

@@ -1,0 +1,109 @@
+"""A pre-coded file (termnorm normalize --input/--output, the real engine) imported into the app as a batch with
+its own suggestions, and the batch's queue orders; on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from sqlalchemy import select
+
+from db import precoded, services as S
+from db.models import Mention
+from termnorm.batch import BatchOptions, PrecodeJob
+from termnorm.engine import demo_mentions, demo_vocabulary
+from tests.helpers import REPO
+
+
+@pytest.fixture(scope="module")
+def precoded_file(tmp_path_factory):
+    """40 demo mentions, mention i on 40 - i rows (so frequency orders them), one empty row, pre-coded."""
+    d = tmp_path_factory.mktemp("precoded")
+    texts = [m.text for m in demo_mentions()[:40]]
+    rows = [(f"r{i}-{j}", t) for i, t in enumerate(texts) for j in range(40 - i)]
+    rows.insert(5, ("empty", ""))
+    with open(d / "history.csv", "w", encoding="utf-8", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["record_id", "mention"])
+        w.writerows(rows)
+    PrecodeJob(d / "history.csv", d / "precoded.csv", {}, BatchOptions(keep=["record_id"], progress=False)).run()
+    return d / "precoded.csv", texts
+
+
+@pytest.fixture
+def db(url):
+    S.init_db(url)
+    with S.session_scope(url) as s:
+        yield s, S.load_vocabulary(s, demo_vocabulary("procedures"), "procedures")
+    S.dispose(url)
+
+
+def test_a_precoded_file_becomes_a_batch_with_its_own_suggestions(db, precoded_file, tmp_path):
+    s, vid = db
+    path, texts = precoded_file
+    out = pd.read_csv(path, dtype=str, keep_default_na=False)
+    # one row of the file names a term this vocabulary lacks (coded against another edition)
+    bad_at = out.index[out["mention"] == texts[3]][0]
+    cands = json.loads(out.at[bad_at, "candidates"])
+    cands.append(["不存在的术语", "99.9999", 0.001])
+    out.loc[out["mention"] == texts[3], "candidates"] = json.dumps(cands, ensure_ascii=False)
+    out.loc[len(out)] = {**{c: "" for c in out.columns}, "row": "999", "mention": "  "}  # a blank mention
+    edited = tmp_path / "precoded.csv"
+    out.to_csv(edited, index=False)
+    assert precoded.is_precoded(edited) and not precoded.is_precoded(REPO / "assets" / "demo" / "mentions.csv")
+
+    report = precoded.import_precoded(s, edited, "history 2025", vid, shown_name="precoded.csv")
+    assert report.batch_id is not None
+    assert report.n_read == len(out) and report.n_rejected == 1 and report.n_imported == len(out) - 1
+    assert report.rejected[0].row == len(out) + 1  # the file's line (header = 1)
+    assert any("不存在的术语" in n.problem for n in report.notices)
+    ms = S.mentions(s, report.batch_id)
+    assert [m["text"] for m in ms] == texts  # one mention per distinct text, in the file's order
+    freq = dict(s.execute(select(Mention.text, Mention.frequency).where(Mention.batch_id == report.batch_id)).all())
+    assert freq == {t: 40 - i for i, t in enumerate(texts)}
+    # the stored suggestion is the file's (no engine ran): chosen terms, confidence, candidates with codes
+    first = out.drop_duplicates("mention").set_index("mention")
+    for m in ms[:10]:
+        sug = S.latest_suggestion(s, m["id"])
+        row = first.loc[m["text"]]
+        assert sug.chosen == row["chosen_terms"].split(" ## ") and abs(sug.confidence - float(row["confidence"])) < 1e-9
+        assert sug.model_version == row["model_version"]
+        assert [(c.term, c.code) for c in sug.candidates] == [
+            (t, code) for t, code, _ in json.loads(row["candidates"]) if t != "不存在的术语"]
+        assert m["status"] == "suggested"
+    # served most frequent text first; a lead switches the order, the queue follows
+    assert S.batches(s, vid)[-1]["queue_order"] == "frequency"
+    assert S.next_mention(s, report.batch_id, "ann", claim=False)["text"] == texts[0]
+    conf = {m["text"]: S.latest_suggestion(s, m["id"]).confidence for m in ms}
+    S.set_queue_order(s, report.batch_id, "confidence")
+    assert S.next_mention(s, report.batch_id, "ann", claim=False)["text"] == max(conf, key=conf.get)
+    S.set_queue_order(s, report.batch_id, "uncertainty")
+    assert S.next_mention(s, report.batch_id, "ann", claim=False)["text"] == min(conf, key=conf.get)
+    with pytest.raises(ValueError, match="unknown order"):
+        S.set_queue_order(s, report.batch_id, "random")
+
+
+def test_termnorm_import_precoded_from_the_command_line(precoded_file, tmp_path):
+    path, texts = precoded_file
+    url = f"sqlite:///{tmp_path / 'app.sqlite3'}"
+    S.init_db(url)
+    with S.session_scope(url) as s:
+        S.load_vocabulary(s, demo_vocabulary("procedures"), "procedures")
+    S.dispose(url)
+    run = [sys.executable, "-m", "termnorm.cli", "import-precoded", str(path), "--db", url]
+    p = subprocess.run(run + ["--vocabulary", "nope"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2 and "no vocabulary 'nope'" in p.stderr and "procedures" in p.stderr
+    p = subprocess.run(run + ["--vocabulary", "procedures", "--batch", "h"], cwd=REPO, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    # the empty row never reached the pre-coded file (the batch job listed it in precoded.csv.bad_rows.csv)
+    assert f"{sum(40 - i for i in range(40))} rows read" in p.stdout and "0 rejected" in p.stdout
+    assert "hold 40 distinct texts" in p.stdout
+    with S.session_scope(url) as s:
+        b = S.batches(s)[-1]
+        assert (b["name"], b["n_mentions"], b["queue_order"]) == ("h", 40, "frequency")
+    S.dispose(url)
