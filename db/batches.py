@@ -134,6 +134,11 @@ def batches(s: Session, vocabulary_id: int | None = None) -> list[dict]:
              "n_done": d} for i, n, v, at, o, k, d in s.execute(q)]
 
 
+def queue_order(s: Session, batch_id: int) -> str:
+    """The order the batch's coders are served in (:data:`ORDERS`)."""
+    return s.scalar(select(Batch.queue_order).where(Batch.id == batch_id)) or "file"
+
+
 def set_queue_order(s: Session, batch_id: int, order: str, username: str | None = None) -> None:
     """Serve the batch's coders in ``order`` (:data:`ORDERS`) from their next mention on; audited."""
     if order not in ORDERS:
@@ -179,10 +184,22 @@ def mention(s: Session, mention_id: int) -> dict:
     return out
 
 
+def _order_keys(order: str) -> list:
+    """Sort keys of a queue order (:data:`ORDERS`) before the file position: mentions lacking the value last."""
+    if order == "uncertainty":
+        return [Mention.confidence.is_(None), Mention.confidence]
+    if order == "confidence":
+        return [Mention.confidence.is_(None), Mention.confidence.desc()]
+    if order == "frequency":
+        return [Mention.frequency.is_(None), Mention.frequency.desc()]
+    return []
+
+
 def mentions(s: Session, batch_id: int, status: str | Sequence[str] | None = None,
-             limit: int | None = None) -> list[dict]:
-    """Mentions of a batch in file order, optionally only those with the given status(es), at most ``limit``."""
-    q = select(Mention).where(Mention.batch_id == batch_id).order_by(Mention.position)
+             limit: int | None = None, order: str = "file") -> list[dict]:
+    """Mentions of a batch in ``order`` (file order by default), optionally only those with the given
+    status(es), at most ``limit``."""
+    q = select(Mention).where(Mention.batch_id == batch_id).order_by(*_order_keys(order), Mention.position)
     if status is not None:
         q = q.where(Mention.status.in_([status] if isinstance(status, str) else list(status)))
     if limit is not None:
@@ -219,7 +236,7 @@ def next_mention(s: Session, batch_id: int, username: str, order: str | None = N
     only looks (nothing written, other coders' claims still respected).
     """
     if order is None:
-        order = s.scalar(select(Batch.queue_order).where(Batch.id == batch_id)) or "file"
+        order = queue_order(s, batch_id)
     if order not in ORDERS:
         raise ValueError(f"unknown order {order!r}; expected one of {', '.join(ORDERS)}")
     role = s.scalar(select(User.role).where(User.username == username))
@@ -231,13 +248,7 @@ def next_mention(s: Session, batch_id: int, username: str, order: str | None = N
         free = Mention.claimed_by.is_(None) | (Mention.claimed_by == username) | (Mention.claimed_at < cutoff)
         tier = case((Mention.status == REREVIEW, 0), (Mention.status.in_(OPEN_STATUSES), 1),
                     (Mention.status == "skipped", 2), else_=3)
-        keys = [case((mine, 0), else_=1), tier]
-        if order == "uncertainty":
-            keys += [Mention.confidence.is_(None), Mention.confidence]
-        elif order == "confidence":
-            keys += [Mention.confidence.is_(None), Mention.confidence.desc()]
-        elif order == "frequency":
-            keys += [Mention.frequency.is_(None), Mention.frequency.desc()]
+        keys = [case((mine, 0), else_=1), tier, *_order_keys(order)]
         q = (select(Mention.id, Mention.text, Mention.position, Mention.status, Mention.claimed_by,
                     Mention.claimed_at)
              .where(Mention.batch_id == batch_id, Mention.status.in_((REREVIEW,) + OPEN_STATUSES + later), free)

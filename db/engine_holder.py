@@ -113,7 +113,8 @@ class EngineHolder:
 
     def prepare(self, s, batch_id: int, current_id: int, n: int) -> int:
         """Store suggestions for the next ``n`` open mentions after ``current_id`` that lack a fresh one."""
-        upcoming = [m for m in services.mentions(s, batch_id, status=services.OPEN_STATUSES, limit=n + 1)
+        upcoming = [m for m in services.mentions(s, batch_id, status=services.OPEN_STATUSES, limit=n + 1,
+                                                 order=services.queue_order(s, batch_id))
                     if m["id"] != current_id][:n]
         stored = services.latest_suggestion_versions(s, [m["id"] for m in upcoming])
         here = (self.engine.model_version, self.edition)

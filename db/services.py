@@ -52,6 +52,7 @@ from db.batches import (
     mention,
     mentions,
     next_mention,
+    queue_order,
     set_queue_order,
 )
 from db.decisions import (
@@ -104,7 +105,7 @@ __all__ = [
     # db.batches
     "CLAIM_MINUTES", "FINAL_STATUSES", "OPEN_STATUSES", "ORDERS", "ORDER_LABELS", "REREVIEW", "batch_progress",
     "batches", "claim", "claimed_by_others", "claims", "release_claim", "release_claims", "create_batch",
-    "import_mentions", "mention", "mentions", "next_mention", "set_queue_order",
+    "import_mentions", "mention", "mentions", "next_mention", "queue_order", "set_queue_order",
     # db.suggestions
     "latest_suggestion", "latest_suggestion_versions", "store_suggestion", "store_suggestions",
     # db.decisions

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from termnorm import fitting, persist, reading
+from termnorm import fitting, index_cache, persist, reading
 from termnorm.demo import (
     ASSETS,
     DEMO_ABBREVIATIONS,
@@ -72,7 +72,6 @@ class Engine:
         self.history_extras = check_history_extras(history_extras)
         self.keyword_dir = keyword_dir
         self.abbreviations = keyword_abbreviations(keyword_dir, vocabulary.language)
-        self.tagger = tagger or KeywordTagger.from_vocabulary(vocabulary, keyword_dir=keyword_dir)
         self.history: list[LabelledMention] = list(history or [])
         self.recall_profile = recall_profile
         # the candidate set a mention ends with: the union (a "deep" profile recalls ~100) ordered by the
@@ -84,7 +83,15 @@ class Engine:
         self._sieve: dict[str, list[str]] = {}
         for m in self.history:
             self._sieve[normalize(m.text)] = list(m.terms)
-        self._vocab_strategies = build_vocab_strategies(vocabulary, self.tagger, keyword_dir)
+
+        def build():  # the tagger mines the vocabulary as given, before coded history added terms to it
+            added = set(self.added_terms)
+            tg = tagger or KeywordTagger.from_vocabulary([n for n in vocabulary.names if n not in added],
+                                                         keyword_dir=keyword_dir)
+            return tg, build_vocab_strategies(vocabulary, tg, keyword_dir)
+
+        self.tagger, self._vocab_strategies = (build() if tagger is not None else index_cache.tagger_and_strategies(
+            vocabulary, keyword_dir, build, extra=self.added_terms))
         # optional neural stages: the dense bi-encoder is one more recall strategy (score key "dense"),
         # the keyword-attentive cross-encoder scores every candidate (key "kar"); both feed the fusion
         self.dense, self.ranker = dense, ranker

@@ -80,6 +80,9 @@ def test_a_precoded_file_becomes_a_batch_with_its_own_suggestions(db, precoded_f
     assert S.next_mention(s, report.batch_id, "ann", claim=False)["text"] == texts[0]
     conf = {m["text"]: S.latest_suggestion(s, m["id"]).confidence for m in ms}
     S.set_queue_order(s, report.batch_id, "confidence")
+    # what the page prepares ahead (db.engine_holder) follows the same order
+    assert S.mentions(s, report.batch_id, order=S.queue_order(s, report.batch_id), limit=1)[0]["text"] == max(
+        conf, key=conf.get)
     assert S.next_mention(s, report.batch_id, "ann", claim=False)["text"] == max(conf, key=conf.get)
     S.set_queue_order(s, report.batch_id, "uncertainty")
     assert S.next_mention(s, report.batch_id, "ann", claim=False)["text"] == min(conf, key=conf.get)

@@ -38,16 +38,40 @@ class HashedCharTfidf:
                                         alternate_sign=False, norm=None, n_features=n_features,
                                         dtype=np.float32)
 
-    def fit(self, texts: list[str]) -> "HashedCharTfidf":
+    def document_frequencies(self, texts: list[str]) -> np.ndarray:
         counts = self.hasher.transform(texts).tocsr()
-        df = np.bincount(counts.indices, minlength=counts.shape[1])
-        self.idf = (np.log((1 + len(texts)) / (1 + df)) + 1).astype(np.float32)  # sklearn's smooth idf
+        return np.bincount(counts.indices, minlength=counts.shape[1])
+
+    def fit(self, texts: list[str], more: tuple[np.ndarray, int] | None = None) -> "HashedCharTfidf":
+        """idf over ``texts`` and, when given, ``more``: (document frequencies, number of texts) of others."""
+        df, n = self.document_frequencies(texts) if texts else 0, len(texts)
+        if more is not None:
+            df, n = df + more[0], n + more[1]
+        self.idf = (np.log((1 + n) / (1 + df)) + 1).astype(np.float32)  # sklearn's smooth idf
         return self
 
     def transform(self, texts: list[str]) -> sp.csr_matrix:
         x = self.hasher.transform(texts).tocsr()
         x.data = (1 + np.log(x.data)) * self.idf[x.indices]
         return l2_normalize(x, copy=False)
+
+
+_NAMES_DF: list = []  # [(weakref to the vocabulary, key, (df, n))]: the last vocabulary's, see _names_df
+
+
+def _names_df(vocab: Vocabulary, tfidf: HashedCharTfidf) -> tuple[np.ndarray, int]:
+    """Document frequencies of the vocabulary's normalized names and synonyms, and their number: the same for
+    both history recallers and for every ``Engine.with_history`` copy (K-fold candidates, the app's rebuilds),
+    so computed once per vocabulary state (400,000 names: ~4 s each time otherwise)."""
+    import weakref
+
+    names, _ = vocab.surface_forms()
+    key = (tfidf.hasher.ngram_range, tfidf.hasher.n_features, len(names), names[-1] if names else "")
+    if _NAMES_DF and _NAMES_DF[0][0]() is vocab and _NAMES_DF[0][1] == key:
+        return _NAMES_DF[0][2]
+    got = (tfidf.document_frequencies([normalize(t) for t in names]), len(names))
+    _NAMES_DF[:] = [(weakref.ref(vocab), key, got)]
+    return got
 
 
 def add_history_terms(vocab: Vocabulary, history: list[LabelledMention]) -> list[str]:
@@ -154,8 +178,8 @@ class HistoryRecaller(Recaller):
         texts = [normalize(m.text) for m in history]
         # idf from the coded mentions and the names together: a mention added
         # later is weighted like the rest (hashing gives it features anyway).
-        names, _ = vocab.surface_forms()
-        self.vectorizer = HashedCharTfidf(self.ngram_range).fit(texts + [normalize(t) for t in names])
+        self.vectorizer = HashedCharTfidf(self.ngram_range)
+        self.vectorizer.fit(texts, _names_df(vocab, self.vectorizer))
         # character sets, hashed, for similarity="jaccard"
         self._chars = HashingVectorizer(analyzer="char", lowercase=False, binary=True, norm=None,
                                         alternate_sign=False, n_features=self.vectorizer.hasher.n_features,
