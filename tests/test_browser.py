@@ -75,3 +75,27 @@ def test_coding_page_in_browser(server, page, tmp_path):
     assert page.evaluate("[...document.querySelectorAll('script')].filter(s => s.text.includes('__pwned')).length") == 0
     assert page.evaluate("typeof window.__pwned") == "undefined"
     assert page.locator(".tn-mention span.kw-site").count() >= 1  # still highlighted
+
+
+def test_the_search_box_answers_while_the_coder_types(server, page):
+    """No Enter and no pause: each keystroke reruns the search fragment, so the results follow the typing; Add puts
+    the found term in the terms box."""
+    base, _ = server
+    page.goto(base + "/")
+    box = page.get_by_label("Search the vocabulary")
+    box.wait_for()
+    settle(page)
+    rows_js = ("const b = document.querySelector('input[aria-label=\"Search the vocabulary\"]'); "
+               "const rows = [...document.querySelectorAll('.tn-code')].filter(e => b.compareDocumentPosition(e) & "
+               "Node.DOCUMENT_POSITION_FOLLOWING).map(e => e.parentElement.innerText);")
+    box.press_sequentially("胆囊切除", delay=60)  # typed, never committed with Enter or a blur
+    page.wait_for_function(f"() => {{ {rows_js} return rows.some(t => t.includes('腹腔镜下胆囊切除术')); }}")
+    rows = page.evaluate(f"() => {{ {rows_js} return rows; }}")
+    assert len(rows) == 10 and all("胆囊" in r for r in rows[:3]), rows
+    box.press_sequentially("术", delay=60)
+    page.wait_for_function(f"() => {{ {rows_js} return rows.length > 0 && rows[0].includes('胆囊切除术') && "
+                           "!rows.some(t => t.includes('椎板切除减压术')); }")  # 胆囊切除术's own results
+    settle(page)
+    page.get_by_role("button", name="Add", exact=True).first.click()
+    page.wait_for_function("[...document.querySelectorAll('[data-testid=\"stMultiSelect\"]')].some(t => "
+                           "t.innerText.includes('胆囊切除术'))")  # the terms box now holds it
