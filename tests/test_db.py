@@ -410,7 +410,8 @@ def test_synonyms_and_coded_mentions_round_trip(setup):
         texts, tids = v.surface_forms()
         assert tids[texts.index("胆囊摘除")] == v.index("胆囊切除术")
         assert S.batches(s)[0] | {"created_at": None} == {"id": setup["bid"], "name": "batch-1", "vocabulary_id": vid,
-                                                          "created_at": None, "n_mentions": 5, "n_done": 3}
+                                                          "created_at": None, "queue_order": "file",
+                                                          "n_mentions": 5, "n_done": 3}
 
 
 def test_storing_a_suggestion_never_reopens_a_mention_decided_meanwhile(setup):
