@@ -235,7 +235,8 @@ def on_synonym(mention_id: int) -> None:
 
 # ---------------------------------------------------------------- the mention
 status = {"skipped": " · skipped before", services.REREVIEW: " · re-review"}.get(current.get("status"), "")
-st.caption(f"Mention #{current['position']} of {total}{status}")
+rows = f" · {current['frequency']:,} source rows share this text" if current.get("frequency") else ""
+st.caption(f"Mention #{current['position']} of {total}{status}{rows}")
 if current.get("status") == services.REREVIEW:
     with _ui.session() as s:
         before = services.mention(s, mid)["decision"]

@@ -69,11 +69,14 @@ def _import_precoded(up, name: str):
         path.write_bytes(up.getvalue())
         if not precoded.is_precoded(path):
             return None
-        bar = st.progress(0.0, text="Storing the file's suggestions")
-        with _ui.session() as s:
-            return precoded.import_precoded(
-                s, path, name, ctx.vocabulary_id, ctx.username, shown_name=up.name,
-                progress=lambda done, total: bar.progress(done / total, text=f"{done:,} / {total:,} suggestions"))
+        bar = st.progress(0.0, text=f"Reading {up.name}")
+        try:
+            with _ui.session() as s:
+                return precoded.import_precoded(
+                    s, path, name, ctx.vocabulary_id, ctx.username, shown_name=up.name,
+                    progress=lambda done, total: bar.progress(done / total, text=f"{done:,} / {total:,} suggestions"))
+        finally:
+            bar.empty()
 
 
 st.subheader(f"Import mentions into {vocab_name}")
@@ -87,7 +90,11 @@ c[1].button("Import", type="primary", on_click=on_import, width="stretch")
 
 report = st.session_state.get("import_report")
 if report is not None:
-    if report.batch_id is not None:
+    if report.batch_id is not None and report.n_mentions is not None:  # a pre-coded file: a mention per text
+        st.success(f"{_ui.md(report.file)}: {report.n_imported:,} row(s) imported as {report.n_mentions:,} "
+                   f"mention(s), one per distinct text, with the file's suggestions, in batch #{report.batch_id} "
+                   "(served most frequent text first).")
+    elif report.batch_id is not None:
         st.success(f"{_ui.md(report.file)}: {report.n_imported} mention(s) imported as batch #{report.batch_id}.")
     else:
         why = "; ".join(e.problem for e in report.file_problems) or "every row was rejected (see the table below)"

@@ -35,7 +35,7 @@ ORDER_LABELS = {"file": "file order", "uncertainty": "least confident first (act
 
 # ================================================================ batches / mentions
 def create_batch(s: Session, name: str, vocabulary_id: int, mentions: Sequence[str | LabelledMention],
-                 username: str | None = None, source_file: str = "") -> int:
+                 username: str | None = None, source_file: str = "", commit: bool = True) -> int:
     """A batch of mentions in the given order (``position`` 1..n); returns its id.
 
     Items may be strings or LabelledMention (gold terms and source row kept).
@@ -65,7 +65,8 @@ def create_batch(s: Session, name: str, vocabulary_id: int, mentions: Sequence[s
 
         learning.assign_unassigned(s, vocabulary_id)
     audit(s, user, "create", "batch", b.id, {"name": name, "n_mentions": len(items), "source_file": source_file})
-    s.commit()
+    if commit:  # else part of the caller's transaction (db.precoded)
+        s.commit()
     return b.id
 
 
@@ -139,7 +140,7 @@ def queue_order(s: Session, batch_id: int) -> str:
     return s.scalar(select(Batch.queue_order).where(Batch.id == batch_id)) or "file"
 
 
-def set_queue_order(s: Session, batch_id: int, order: str, username: str | None = None) -> None:
+def set_queue_order(s: Session, batch_id: int, order: str, username: str | None = None, commit: bool = True) -> None:
     """Serve the batch's coders in ``order`` (:data:`ORDERS`) from their next mention on; audited."""
     if order not in ORDERS:
         raise ValueError(f"unknown order {order!r}; expected one of {', '.join(ORDERS)}")
@@ -149,7 +150,8 @@ def set_queue_order(s: Session, batch_id: int, order: str, username: str | None 
     before, b.queue_order = b.queue_order, order
     audit(s, acting_user(s, username) if username else None, "queue_order", "batch", batch_id,
           {"from": before, "to": order})
-    s.commit()
+    if commit:
+        s.commit()
 
 
 def batch_progress(s: Session, batch_id: int) -> tuple[int, int]:
@@ -250,7 +252,7 @@ def next_mention(s: Session, batch_id: int, username: str, order: str | None = N
                     (Mention.status == "skipped", 2), else_=3)
         keys = [case((mine, 0), else_=1), tier, *_order_keys(order)]
         q = (select(Mention.id, Mention.text, Mention.position, Mention.status, Mention.claimed_by,
-                    Mention.claimed_at)
+                    Mention.claimed_at, Mention.frequency)
              .where(Mention.batch_id == batch_id, Mention.status.in_((REREVIEW,) + OPEN_STATUSES + later), free)
              .order_by(*keys, Mention.position).limit(1))
         # after a lost race, the next free mentions in turn: twenty coders asking at once would otherwise all
@@ -261,7 +263,7 @@ def next_mention(s: Session, batch_id: int, username: str, order: str | None = N
             if skip == 0:
                 return None  # nothing free at all
             continue
-        out = {"id": r.id, "text": r.text, "position": r.position, "status": r.status}
+        out = {"id": r.id, "text": r.text, "position": r.position, "status": r.status, "frequency": r.frequency}
         fresh = now - timedelta(minutes=CLAIM_MINUTES / 2)
         if not claim or (r.claimed_by == username and _aware(r.claimed_at) >= fresh):
             return out  # looking only, or our own claim is recent: no write on every redraw

@@ -13,6 +13,7 @@ import logging
 import threading
 
 from db import serving, services
+from db.suggestions import PRECODED
 from termnorm.engine import Engine, demo_mentions, demo_vocabulary
 from termnorm.records import Candidate, KeywordSpan, Suggestion
 from termnorm.text.normalize import normalize
@@ -107,9 +108,16 @@ class EngineHolder:
     def suggestion(self, s, mention_id: int, text: str) -> Suggestion:
         """The stored suggestion (a DB read), computed now if missing or stale."""
         sug = services.latest_suggestion(s, mention_id, edition=self.edition)
-        if sug is None or self.is_stale(mention_id, text) or sug.model_version != self.engine.model_version:
+        if sug is None or self.is_stale(mention_id, text) or not self._served_as_stored(sug.model_version, text):
             sug = self.suggest_and_store(s, [mention_id], [text])[0]
         return sug
+
+    def _served_as_stored(self, version: str, text: str) -> bool:
+        """A stored suggestion of this model is shown as stored; so is a pre-coded file's (db.precoded: what it
+        was imported for), unless a coder taught this engine something about a similar mention since."""
+        if version == self.engine.model_version:
+            return True
+        return version.startswith(PRECODED) and not self.changed_since(0, text)
 
     def prepare(self, s, batch_id: int, current_id: int, n: int) -> int:
         """Store suggestions for the next ``n`` open mentions after ``current_id`` that lack a fresh one."""
@@ -125,8 +133,8 @@ class EngineHolder:
             # stored by a background job or another app process: fresh when it is this model's, on this edition,
             # and nothing this engine learnt since it started may change it
             version, edition = stored.get(mid, (None, None))
-            return (version == here[0] and (self.edition is None or edition == self.edition)
-                    and not self.changed_since(0, text))
+            return (version is not None and (version == here[0] or version.startswith(PRECODED))
+                    and (self.edition is None or edition == self.edition) and not self.changed_since(0, text))
 
         todo = [m for m in upcoming if not fresh(m["id"], m["text"])]
         if todo:

@@ -90,6 +90,8 @@ class ImportReport:
     n_rejected: int = 0
     errors: list[ImportProblem] = field(default_factory=list)
     notices: list[ImportProblem] = field(default_factory=list)
+    # mentions made (a pre-coded file: one per distinct text, fewer than the rows; db.precoded), None: one per row
+    n_mentions: int | None = None
 
     @property
     def n_ok(self) -> int:

@@ -39,11 +39,15 @@ def suggestion_values(mention_id: int, sug: Suggestion, edition: int | None) -> 
     return row, cands
 
 
+#: Model version prefix of a suggestion imported from a pre-coded file (db.precoded): shown as stored.
+PRECODED = "precoded:"
+
 #: Retries of a suggestion write that met a deadlock.
 RETRIES = 3
 
 
-def store_suggestions(s: Session, mention_ids: Sequence[int], suggestions: Sequence[Suggestion]) -> None:
+def store_suggestions(s: Session, mention_ids: Sequence[int], suggestions: Sequence[Suggestion],
+                      commit: bool = True) -> None:
     """Store the engine's suggestions for many mentions in one transaction (one fsync, not one per mention).
 
     Rows are written in mention-id order, so concurrent writers lock mentions in one order; a PostgreSQL
@@ -55,6 +59,9 @@ def store_suggestions(s: Session, mention_ids: Sequence[int], suggestions: Seque
     if not mention_ids:
         return
     pairs = sorted(zip(mention_ids, suggestions), key=lambda p: p[0])
+    if not commit:  # part of the caller's transaction (db.precoded: a whole import or nothing)
+        _store(s, [m for m, _ in pairs], [g for _, g in pairs], commit=False)
+        return
     for attempt in range(RETRIES + 1):
         try:
             _store(s, [m for m, _ in pairs], [g for _, g in pairs])
@@ -71,7 +78,7 @@ def _deadlock(e: OperationalError) -> bool:
     return getattr(getattr(e, "orig", None), "sqlstate", None) in ("40P01", "40001")
 
 
-def _store(s: Session, mention_ids: list[int], suggestions: Sequence[Suggestion]) -> None:
+def _store(s: Session, mention_ids: list[int], suggestions: Sequence[Suggestion], commit: bool = True) -> None:
     ms = {m.id: m for m in s.scalars(select(Mention).where(Mention.id.in_(mention_ids)))}
     missing = [i for i in mention_ids if i not in ms]
     if missing:
@@ -92,7 +99,8 @@ def _store(s: Session, mention_ids: list[int], suggestions: Sequence[Suggestion]
               [{"id": mid, "confidence": float(sug.confidence)} for mid, sug in zip(mention_ids, suggestions)])
     s.execute(update(Mention).where(Mention.id.in_(mention_ids), Mention.status == "new").values(status="suggested")
               .execution_options(synchronize_session=False))
-    s.commit()
+    if commit:
+        s.commit()
 
 
 def store_suggestion(s: Session, mention_id: int, suggestion: Suggestion) -> None:

@@ -88,6 +88,12 @@ class PrecodeJob:
             raise FileNotFoundError(f"{self.input}: no such input file")
         if self.input.resolve() == self.output.resolve():
             raise DataFormatError(self.output, None, "the output would overwrite the input")
+        if not self.output.parent.is_dir():
+            raise DataFormatError(self.output, None, f"no folder {self.output.parent}")
+        # the columns asked for exist (before anything is written): the first row says so
+        first = next(read_rows(self.input, options.column, options.keep, options.header), None)
+        if first is not None and first.problem.startswith("has "):
+            raise DataFormatError(self.input, first.row, first.problem)
         self.work = Path(str(self.output) + ".work")
         self.bad_path = Path(str(self.output) + ".bad_rows.csv")
         self._engine = None
@@ -104,7 +110,8 @@ class PrecodeJob:
         db.execute("CREATE TABLE IF NOT EXISTS mentions (id INTEGER PRIMARY KEY, text TEXT UNIQUE NOT NULL, "
                    "rows INTEGER NOT NULL DEFAULT 0, result TEXT)")
         db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
-        key = json.dumps({"engine": self.engine_options, "k": self.opt.k}, sort_keys=True)
+        key = json.dumps({"engine": self.engine_options, "files": _fingerprints(self.engine_options), "k": self.opt.k},
+                         sort_keys=True)
         had = db.execute("SELECT value FROM meta WHERE key = 'engine'").fetchone()
         if had and had[0] != key:
             db.close()
@@ -141,7 +148,7 @@ class PrecodeJob:
         if done and done[0] == self._input_key():
             self.stats["scan"] = "kept from the earlier run"
             return
-        bar = _progress(count_rows(self.input), "scan", self.opt.progress, "rows")
+        bar = _progress(count_rows(self.input, self.opt.header), "scan", self.opt.progress, "rows")
         rows = bad = 0
         db.execute("UPDATE mentions SET rows = 0")
         buf: dict[str, int] = {}
@@ -206,7 +213,7 @@ class PrecodeJob:
                                   f"({XLSX_MAX_ROWS - 1:,} at most); write .parquet, .csv or .jsonl instead")
         partial = self.work / f"output.partial{self.output.suffix}"
         writer = RowWriter(partial, columns)
-        bar = _progress(count_rows(self.input), "write", self.opt.progress, "rows")
+        bar = _progress(count_rows(self.input, self.opt.header), "write", self.opt.progress, "rows")
         written = seen = 0
         with open(self.work / "bad_rows.csv", "w", encoding="utf-8", errors="backslashreplace", newline="") as bf:
             bad = csv.writer(bf)
@@ -251,6 +258,19 @@ class PrecodeJob:
             out.append({"row": r.row, **r.keep, "mention": r.mention, "mention_rows": n, **data})
         writer.write(out)
         return len(out)
+
+
+def _fingerprints(engine_options: dict) -> dict:
+    """Size and modification time of every file the engine is built from (a folder: of each file in it), so a
+    vocabulary or model replaced at the same path does not mix with what the work folder coded before."""
+    out = {}
+    for key in ("vocab", "train", "model", "keywords", "dense", "ranker"):
+        path = engine_options.get(key)
+        if not path or not Path(path).exists():
+            continue
+        files = sorted(p for p in Path(path).rglob("*") if p.is_file()) if Path(path).is_dir() else [Path(path)]
+        out[key] = [[str(p), p.stat().st_size, p.stat().st_mtime_ns] for p in files]
+    return out
 
 
 def build_engine_from(options: dict):

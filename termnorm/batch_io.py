@@ -186,15 +186,16 @@ def _read_parquet(path, fmt, column, keep, header):
             yield _checked(InputRow(row, _text(values[0]).strip(), dict(zip(cols.keep, map(_text, values[1:])))))
 
 
-def count_rows(path) -> int | None:
-    """A cheap upper bound of the rows, for the progress bar (lines of a text file, rows of a sheet or table)."""
+def count_rows(path, header: bool = True) -> int | None:
+    """The rows for the progress bar, cheaply (lines of a text file less its header, rows of a table); a quoted
+    cell spanning lines makes it an upper bound."""
     fmt = file_format(path)
     if fmt in ("csv", "tsv", "jsonl"):
         n = 0
         with open(path, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 n += block.count(b"\n")
-        return n
+        return max(0, n - (header and fmt != "jsonl"))
     if fmt == "parquet":
         import pyarrow.parquet as pq
 

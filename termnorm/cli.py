@@ -142,7 +142,12 @@ def _normalize_file(args) -> int:
     opt = BatchOptions(column=args.column, keep=args.keep or [], header=not args.no_header, k=args.k or 5,
                        batch_size=args.batch_size, restart=args.restart, progress=not args.quiet, ray=args.ray,
                        actors=args.actors, num_cpus=args.num_cpus, num_gpus=args.num_gpus)
-    stats = PrecodeJob(args.input, args.output, engine_options, opt).run()
+    try:
+        stats = PrecodeJob(args.input, args.output, engine_options, opt).run()
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: what was coded is kept in {args.output}.work/; run the same command again to go on",
+              file=sys.stderr)
+        return 130
     print(summary(stats, args.output))
     return 0
 

@@ -178,3 +178,22 @@ def test_ray_with_two_engine_actors_writes_the_same_rows(tmp_path):
     import ray
 
     ray.shutdown()
+
+
+def test_mistakes_are_refused_before_anything_is_written(tmp_path):
+    src = write_csv(tmp_path / "in.csv", many_rows(30, 10))
+    with pytest.raises(Exception, match="no column 'mentionz'"):
+        precode(tmp_path, src, "a.csv", column="mentionz")
+    with pytest.raises(Exception, match="has 2 cell\\(s\\), no mention column"):
+        precode(tmp_path, src, "b.csv", column="5", header=False)
+    with pytest.raises(Exception, match="no folder"):
+        precode(tmp_path, src, "missing/c.csv")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]  # no work folder, no missing/ made
+    # a vocabulary replaced at the same path is not mixed with what was coded against the old one
+    vocab = tmp_path / "vocab.csv"
+    vocab.write_text((REPO / "assets" / "demo" / "procedures.csv").read_text(encoding="utf-8"), encoding="utf-8")
+    PrecodeJob(src, tmp_path / "d.csv", {"vocab": str(vocab)}, BatchOptions(progress=False)).run()
+    with open(vocab, "a", encoding="utf-8") as f:
+        f.write("99.9999,新加的术语,\n")
+    with pytest.raises(Exception, match="coded with other settings"):
+        PrecodeJob(src, tmp_path / "d.csv", {"vocab": str(vocab)}, BatchOptions(progress=False)).run()

@@ -10,12 +10,12 @@ import sys
 
 import pandas as pd
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from db import precoded, services as S
 from db.models import Mention
 from termnorm.batch import BatchOptions, PrecodeJob
-from termnorm.engine import demo_mentions, demo_vocabulary
+from termnorm.engine import Engine, demo_mentions, demo_vocabulary
 from tests.helpers import REPO
 
 
@@ -57,7 +57,7 @@ def test_a_precoded_file_becomes_a_batch_with_its_own_suggestions(db, precoded_f
     assert precoded.is_precoded(edited) and not precoded.is_precoded(REPO / "assets" / "demo" / "mentions.csv")
 
     report = precoded.import_precoded(s, edited, "history 2025", vid, shown_name="precoded.csv")
-    assert report.batch_id is not None
+    assert report.batch_id is not None and report.n_mentions == len(texts)
     assert report.n_read == len(out) and report.n_rejected == 1 and report.n_imported == len(out) - 1
     assert report.rejected[0].row == len(out) + 1  # the file's line (header = 1)
     assert any("不存在的术语" in n.problem for n in report.notices)
@@ -71,7 +71,7 @@ def test_a_precoded_file_becomes_a_batch_with_its_own_suggestions(db, precoded_f
         sug = S.latest_suggestion(s, m["id"])
         row = first.loc[m["text"]]
         assert sug.chosen == row["chosen_terms"].split(" ## ") and abs(sug.confidence - float(row["confidence"])) < 1e-9
-        assert sug.model_version == row["model_version"]
+        assert sug.model_version == "precoded:" + row["model_version"]
         assert [(c.term, c.code) for c in sug.candidates] == [
             (t, code) for t, code, _ in json.loads(row["candidates"]) if t != "不存在的术语"]
         assert m["status"] == "suggested"
@@ -110,3 +110,61 @@ def test_termnorm_import_precoded_from_the_command_line(precoded_file, tmp_path)
         b = S.batches(s)[-1]
         assert (b["name"], b["n_mentions"], b["queue_order"]) == ("h", 40, "frequency")
     S.dispose(url)
+
+
+def test_the_coding_page_serves_the_files_suggestion_and_a_failed_import_leaves_nothing(db, precoded_file,
+                                                                                       monkeypatch):
+    from db.engine_holder import EngineHolder
+    from db.models import Batch, Suggestion as SuggestionRow
+
+    s, vid = db
+    path, texts = precoded_file
+    report = precoded.import_precoded(s, path, "h", vid)
+    holder = EngineHolder(Engine.from_demo(), vid)
+    ms = S.mentions(s, report.batch_id)
+    before = s.scalar(select(func.count()).select_from(SuggestionRow))
+    assert holder.prepare(s, report.batch_id, ms[0]["id"], 3) == 0  # nothing to prepare: the file's are there
+    sug = holder.suggestion(s, ms[0]["id"], ms[0]["text"])
+    assert sug.model_version.startswith("precoded:") and len(sug.candidates) == 5
+    assert s.scalar(select(func.count()).select_from(SuggestionRow)) == before
+    # a coder teaches the engine a similar mention: that one is suggested again (the decision takes effect)
+    holder.learn(ms[0]["text"] + "术", ["甲状腺病损切除术"])
+    assert not holder.suggestion(s, ms[0]["id"], ms[0]["text"]).model_version.startswith("precoded:")
+
+    # a run stopped half-way (a reload, a second click: Streamlit stops the script) leaves no batch behind
+    n_batches = len(S.batches(s, vid))
+
+    def stop(done, total):
+        raise KeyboardInterrupt("the page was reloaded")
+
+    monkeypatch.setattr(precoded, "STORE_CHUNK", 10)  # several chunks: the stop comes after the first
+    with pytest.raises(KeyboardInterrupt):
+        precoded.import_precoded(s, path, "stopped", vid, progress=stop)
+    assert len(S.batches(s, vid)) == n_batches and s.scalar(select(Batch.id).where(Batch.name == "stopped")) is None
+    # the same name again gets a number, said in a notice
+    again = precoded.import_precoded(s, path, "h", vid)
+    assert S.batches(s, vid)[-1]["name"] == "h (2)" and any("exists already" in n.problem for n in again.notices)
+
+
+def test_unusable_suggestion_cells_are_notices_not_crashes(db, precoded_file, tmp_path):
+    s, vid = db
+    path, texts = precoded_file
+    out = pd.read_csv(path, dtype=str, keep_default_na=False).drop_duplicates("mention").head(6).reset_index(drop=True)
+    out.loc[0, "candidates"] = "5"
+    out.loc[1, "candidates"] = json.dumps([["甲状腺病损切除术", "06.3100", "abc"]], ensure_ascii=False)
+    out.loc[2, "candidates"] = json.dumps([[None, 3, "x"]])
+    out.loc[3, "confidence"] = "nan"
+    out.loc[4, "confidence"] = "7.5"
+    out.loc[5, "predicted_count"] = ""
+    bad = tmp_path / "bad.csv"
+    out.to_csv(bad, index=False)
+    report = precoded.import_precoded(s, bad, "bad", vid)
+    assert report.batch_id is not None and report.n_mentions == 6
+    unusable = sorted(n.row for n in report.notices if "not usable" in n.problem)
+    assert unusable == [2, 3, 4, 5, 6], report.notices
+    ms = S.mentions(s, report.batch_id)
+    assert [S.latest_suggestion(s, m["id"]) is None for m in ms] == [True] * 5 + [False]
+    last = S.latest_suggestion(s, ms[5]["id"])
+    assert last.predicted_count == len(last.chosen) >= 1  # an empty count: the chosen terms' number
+    plain = precoded.import_precoded(s, REPO / "assets" / "demo" / "mentions.csv", "plain", vid)
+    assert plain.batch_id is None and "not a pre-coded file" in plain.file_problems[0].problem
