@@ -313,19 +313,18 @@ def show_flash() -> None:
 
 # ---------------------------------------------------------------------------------- vocabulary search
 SEARCH_LIMIT = 10  # results shown while typing (engine.search_vocabulary answers in well under 100 ms)
-# every keystroke commits (Streamlit's default waits for a 250 ms pause first): the fragment reruns in ~10 ms even
-# at 400,000 names, so results follow the typing -- p95 64 ms from the last keystroke to results drawn against
-# 934 ms with the pause and a garbage collection after each run (benchmarks/typeahead_browser.py)
-SEARCH_LIVE = "0ms"
+# every keystroke commits by default (setting search_pause_ms; Streamlit's own default waits for a 250 ms pause):
+# the fragment reruns in ~10 ms even at 400,000 names, so results follow the typing (benchmarks/typeahead_browser.py)
 
 
 def vocabulary_search(holder: EngineHolder, query_key: str, add_key: str, on_pick, with_codes: bool = True) -> None:
     """Type-ahead search of the vocabulary with an Add button per result; call it inside an ``st.fragment``
     so typing reruns only the search. ``on_pick(term, codes)`` (or ``on_pick(term)``) adds the result."""
+    from termnorm import settings
     from termnorm.search import found_tag, nearest_note
 
-    q = st.text_input("Search the vocabulary", key=query_key, live=SEARCH_LIVE, type="search",
-                      placeholder="type a term, a code, a synonym or an abbreviation…")
+    q = st.text_input("Search the vocabulary", key=query_key, live=f"{settings.get().search_pause_ms}ms",
+                      type="search", placeholder="type a term, a code, a synonym or an abbreviation…")
     if not q.strip():
         return
     results = holder.search(q, limit=SEARCH_LIMIT)

@@ -28,6 +28,9 @@ from termnorm.errors import DataFormatError
 RESULT_COLUMNS = ["mention", "chosen_terms", "chosen_codes", "predicted_count", "confidence", "model_version",
                   "spelled_out", "mention_rows", "candidates"]
 LOOKUP = 500  # strings per SELECT ... IN (...) (under SQLite's bound-parameter limit)
+# the engine options of termnorm normalize that name files or folders
+PATH_OPTIONS = ("vocab", "train", "model", "keywords", "dense", "ranker")
+ENGINE_OPTIONS = (*PATH_OPTIONS, "no_split", "recall_profile", "max_candidates", "history_extras")
 
 
 @dataclass
@@ -115,8 +118,12 @@ class PrecodeJob:
         had = db.execute("SELECT value FROM meta WHERE key = 'engine'").fetchone()
         if had and had[0] != key:
             db.close()
-            raise DataFormatError(self.work, None, f"coded with other settings ({had[0]}); run with --restart to code "
-                                  f"again with these ({key}), or pick another --output")
+            before, now = json.loads(had[0]), json.loads(key)
+            what = {"engine": "other engine options", "files": "the vocabulary / model files changed since",
+                    "k": f"--k {before.get('k')}"}
+            differ = "; ".join(w for k, w in what.items() if before.get(k) != now.get(k))
+            raise DataFormatError(self.work, None, f"coded with other settings ({differ}); run with --restart to "
+                                                   "code everything again with these, or pick another --output")
         db.execute("INSERT OR REPLACE INTO meta VALUES ('engine', ?)", (key,))
         db.commit()
         return db
@@ -264,7 +271,7 @@ def _fingerprints(engine_options: dict) -> dict:
     """Size and modification time of every file the engine is built from (a folder: of each file in it), so a
     vocabulary or model replaced at the same path does not mix with what the work folder coded before."""
     out = {}
-    for key in ("vocab", "train", "model", "keywords", "dense", "ranker"):
+    for key in PATH_OPTIONS:
         path = engine_options.get(key)
         if not path or not Path(path).exists():
             continue

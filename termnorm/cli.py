@@ -129,16 +129,15 @@ def cmd_normalize(args) -> int:
 
 
 def _normalize_file(args) -> int:
-    from termnorm.batch import BatchOptions, PrecodeJob, summary
+    from termnorm.batch import ENGINE_OPTIONS, PATH_OPTIONS, BatchOptions, PrecodeJob, summary
 
     if not (args.input and args.output):
         print("batch pre-coding needs both --input FILE and --output FILE", file=sys.stderr)
         return 2
-    engine_options = {k: getattr(args, k) for k in ("vocab", "train", "model", "keywords", "no_split", "dense",
-                                                     "ranker", "recall_profile", "max_candidates")}
+    engine_options = {k: getattr(args, k) for k in ENGINE_OPTIONS}
     engine_options["history_extras"] = list(args.history_extras)
-    engine_options = {k: str(Path(v).resolve()) if k in ("vocab", "train", "model", "keywords", "dense", "ranker")
-                      and v else v for k, v in engine_options.items()}
+    # absolute paths: the work folder's settings and Ray's actors must not depend on the current folder
+    engine_options.update({k: str(Path(v).resolve()) for k, v in engine_options.items() if k in PATH_OPTIONS and v})
     opt = BatchOptions(column=args.column, keep=args.keep or [], header=not args.no_header, k=args.k or 5,
                        batch_size=args.batch_size, restart=args.restart, progress=not args.quiet, ray=args.ray,
                        actors=args.actors, num_cpus=args.num_cpus, num_gpus=args.num_gpus)

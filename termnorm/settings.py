@@ -71,6 +71,7 @@ class Settings:
     device: str
     threads: int
     fit_threads: int
+    search_pause_ms: int
     config_file: str
 
     @property
@@ -95,6 +96,7 @@ FIELDS: dict[str, tuple[str, object, str]] = {
     "device": ("TERMNORM_DEVICE", "", "force a torch device (cpu, cuda, cuda:1); default: cuda when present"),
     "threads": ("TERMNORM_THREADS", 0, "torch CPU threads (0: the cores this process may use)"),
     "fit_threads": ("TERMNORM_FIT_THREADS", 1, "OpenMP threads of the GBM fits (1 is fastest on shared cores)"),
+    "search_pause_ms": ("TERMNORM_SEARCH_PAUSE_MS", 0, "typing pause before the coding page searches (0: each key)"),
 }
 
 
@@ -124,7 +126,8 @@ def _read_toml(path: Path | None) -> dict:
 
 #: How each scalar setting is read (bounds: what makes sense; bcrypt's own range is 4..31).
 CONVERT = {"auth": _bool, "session_hours": _number(float, 0.01), "bcrypt_rounds": _number(int, 4, 31),
-           "min_dwell_s": _number(float, 0.0, 10.0), "threads": _number(int, 0), "fit_threads": _number(int, 1)}
+           "min_dwell_s": _number(float, 0.0, 10.0), "threads": _number(int, 0), "fit_threads": _number(int, 1),
+           "search_pause_ms": _number(int, 0, 60_000)}
 
 
 def _build(env: tuple[tuple[str, str], ...], cwd: str) -> Settings:
