@@ -67,8 +67,9 @@ def _names_df(vocab: Vocabulary, tfidf: HashedCharTfidf) -> tuple[np.ndarray, in
 
     names, _ = vocab.surface_forms()
     key = (tfidf.hasher.ngram_range, tfidf.hasher.n_features, len(names), names[-1] if names else "")
-    if _NAMES_DF and _NAMES_DF[0][0]() is vocab and _NAMES_DF[0][1] == key:
-        return _NAMES_DF[0][2]
+    last = _NAMES_DF[0] if _NAMES_DF else None  # one read: another thread may replace it meanwhile
+    if last is not None and last[0]() is vocab and last[1] == key:
+        return last[2]
     got = (tfidf.document_frequencies([normalize(t) for t in names]), len(names))
     _NAMES_DF[:] = [(weakref.ref(vocab), key, got)]
     return got
