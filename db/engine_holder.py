@@ -181,7 +181,9 @@ def _bigrams(text: str) -> frozenset[str]:
 
 def build_holder(url: str, vocabulary_id: int, version: str | None = None, edition: int | None = None) -> EngineHolder:
     """The serving engine of a stored vocabulary (db.serving.build_engine) with what the app needs around it."""
-    return EngineHolder(serving.build_engine(url, vocabulary_id, version), vocabulary_id, edition)
+    engine = serving.build_engine(url, vocabulary_id, version)
+    engine.warm_search()  # the coding page's search box: built now, not on a coder's first keystroke
+    return EngineHolder(engine, vocabulary_id, edition)
 
 
 def prepare_in_background(holder: EngineHolder, url: str, batch_id: int, current_id: int, n: int) -> threading.Thread:

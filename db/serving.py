@@ -96,5 +96,4 @@ def build_engine(url: str | None, vocabulary_id: int, version: str | None = None
             engine.add_synonym(term, syn)
     engine.use_demo_abbreviations()  # the demo list (assets/demo/abbreviations.json); nothing for other vocabularies
     engine.add_abbreviations(abbreviations.for_engine(url, vocabulary_id))  # taught by coders (Vocabulary page)
-    engine.warm_search()
     return engine
