@@ -63,8 +63,13 @@ def run_worker(folder) -> int:
     spec = read_json(folder / "job.json")
     job_id = spec["id"]
 
+    asked = []  # set once SIGTERM arrived: whatever the interrupted code raises then (a database driver
+    # cut mid-query and failing its rollback, say) is the cancel's doing, not a failure of the job
+
     def on_term(signum, frame):
-        raise JobCancelled()
+        if not asked:
+            asked.append(signum)
+            raise JobCancelled()
 
     signal.signal(signal.SIGTERM, on_term)
     try:  # the niceness asked for, not added to the starter's: a job started by a job (a promotion's
@@ -90,9 +95,14 @@ def run_worker(folder) -> int:
     except BaseException as e:  # noqa: BLE001 - every failure must end in a final state
         tb = traceback.format_exc()
         print(tb, flush=True)
-        runner.update(job_id, state="failed", finished=utc_now(), error=f"{type(e).__name__}: {e}",
-                      message=f"failed: {type(e).__name__}: {e}"[:300])
-        code = 1
+        if asked:
+            runner.update(job_id, state="cancelled", finished=utc_now(), message="cancelled")
+            ctx.log(f"cancelled (while stopping: {type(e).__name__}: {e})")
+            code = 143
+        else:
+            runner.update(job_id, state="failed", finished=utc_now(), error=f"{type(e).__name__}: {e}",
+                          message=f"failed: {type(e).__name__}: {e}"[:300])
+            code = 1
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         runner._release(job_id)

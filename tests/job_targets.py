@@ -23,9 +23,19 @@ def workers_import_tests(monkeypatch) -> None:
 
 def sleep_job(params: dict, ctx) -> dict:
     """A job that only waits, in ``steps`` steps of ``seconds / steps``; ``fail_at`` (a step number) raises an
-    error there. ``ctx``: the worker's termnorm.job_worker.JobContext."""
+    error there; ``broken_stop`` turns the cancel's interruption into another error, as a database driver cut
+    mid-query does when its rollback fails. ``ctx``: the worker's termnorm.job_worker.JobContext."""
     steps = int(params.get("steps", 10))
     pause = float(params.get("seconds", 1.0)) / max(1, steps)
+    try:
+        return _sleep_steps(params, ctx, steps, pause)
+    except BaseException as e:
+        if params.get("broken_stop"):
+            raise RuntimeError("the connection was lost while rolling back") from e
+        raise
+
+
+def _sleep_steps(params: dict, ctx, steps: int, pause: float) -> dict:
     for i in range(steps):
         if params.get("fail_at") is not None and i == int(params["fail_at"]):
             raise RuntimeError(f"asked to fail at step {i}")

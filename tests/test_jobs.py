@@ -67,6 +67,14 @@ def test_cancel_terminates_the_process_group(runner):
     assert runner.status(job)["state"] == "cancelled"  # a late progress report cannot resurrect it
 
 
+def test_an_error_raised_while_stopping_is_still_a_cancel(runner):
+    job = runner.start(SLEEP, {"seconds": 30, "steps": 30, "broken_stop": True})
+    wait_for(lambda: runner.status(job)["progress"] > 0)
+    st = runner.cancel(job)
+    assert st["state"] == "cancelled" and not st["error"]
+    assert "cancelled (while stopping: RuntimeError: the connection was lost" in runner.log(job)
+
+
 def test_crash_leaves_a_clean_failed_state(runner):
     job = runner.start(SLEEP, {"seconds": 30, "steps": 30})
     st = wait_for(lambda: (s := runner.status(job))["state"] == "running" and s)
