@@ -257,3 +257,24 @@ def dwell_guard_html(min_seconds: float) -> str:
     return ("<script>const d = window.parent.document; if (!window.parent.__tnDwell) {"
             " const s = d.createElement('script'); s.textContent = " + json.dumps(code) + "; d.head.appendChild(s); }"
             " else { window.parent.__tnDwell.ms = " + str(int(round(min_seconds * 1000))) + "; }</script>")
+
+
+def document_html(document: str, marks: list[str], limit: int = 4000) -> str:
+    """The text a mention was found in, escaped, with ``marks`` (the mention, the definitions it uses) in
+    ``<mark>``; cut after ``limit`` characters with a note of how much more there is."""
+    import re
+
+    shown = document[:limit]
+    marks = sorted({m for m in marks if m and m.strip()}, key=len, reverse=True)
+    if not marks:
+        body = html.escape(shown)
+    else:
+        pat = re.compile("|".join(re.escape(m) for m in marks))
+        out, at = [], 0
+        for hit in pat.finditer(shown):
+            out += [html.escape(shown[at:hit.start()]), f"<mark>{html.escape(hit.group(0))}</mark>"]
+            at = hit.end()
+        body = "".join(out) + html.escape(shown[at:])
+    more = len(document) - len(shown)
+    tail = f'<div class="tn-keys">… {more:,} more characters</div>' if more > 0 else ""
+    return f'<div class="tn-document" data-testid="tn-document" style="white-space:pre-wrap">{body}</div>{tail}'

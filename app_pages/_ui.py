@@ -275,8 +275,9 @@ def decide(ctx: Context, mention_id: int, text: str, action: str, terms=(), comm
     with session() as s:
         did = services.record_decision(s, mention_id, ctx.username, action, list(terms), comment, seconds,
                                        shown=shown, codes=codes, relationship=relationship, require_claim=True)
+        document = services.mention_documents(s, [mention_id]).get(mention_id, "")
     if action in ("accept", "correct") and terms:
-        ctx.holder().learn(text, list(terms))
+        ctx.holder().learn(text, list(terms), document=document)
     return did
 
 

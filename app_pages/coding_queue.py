@@ -18,7 +18,7 @@ import streamlit.components.v1 as components
 
 from db import auth, learning, review, services
 from app_pages import _markup, _ui
-from termnorm import settings
+from termnorm import context, reading, settings
 
 SHOWN = _ui.SHOWN
 PREPARE_AHEAD = _ui.PREPARE_AHEAD
@@ -58,6 +58,7 @@ with _ui.session() as s:
     current = services.next_mention(s, ctx.batch_id, ctx.username, claim=not passing_by)
     others = services.claimed_by_others(s, ctx.batch_id, ctx.username)
     sug = holder.suggestion(s, current["id"], current["text"]) if current else None
+    document = services.mention_documents(s, [current["id"]]).get(current["id"], "") if current else ""
 
 head = st.columns([3, 2], vertical_alignment="bottom")
 head[0].markdown(f"### Coding · {_ui.esc(batch['name'])}")
@@ -246,10 +247,19 @@ if current.get("status") == services.REREVIEW:
     st.warning(f"**Re-review:** {_ui.md(why)}. Coded before: {_ui.md(was)}. The suggestions below come from the "
                "serving model on the vocabulary edition in force.", icon=":material/history:")
 _ui.markup(f'<div class="tn-mention">{_ui.highlight_html(text, sug.keywords)}</div>')
-spelled = holder.engine.spelled_out(text)  # abbreviations the engine spelled out before reading the mention
+# how the engine read the mention: in its document (abbreviations it defines), then the abbreviation lists
+in_doc = reading.in_document(holder.engine, text, document)
+spelled = holder.engine.spelled_out(in_doc)
+used = context.definitions_used(text, document, reading.surfaces(holder.engine)) if in_doc != text else []
 if spelled != text:
+    why = ("; ".join(f"{_ui.esc(a)} = {_ui.esc(b)}" for a, b in used) + " in the document") if used \
+        else "abbreviation spelled out"
     _ui.markup(f'<div class="tn-keys" data-testid="tn-spelled-out">read as: <b>{_ui.esc(spelled)}</b> '
-               "(abbreviation spelled out)</div>")
+               f"({why})</div>")
+if document:
+    with st.expander("The document this mention was found in"):
+        marks = [text, *(x for pair in used for x in pair)]
+        _ui.markup(_markup.document_html(document, marks))
 _ui.markup(_ui.legend_html())
 
 # ---------------------------------------------------------------- what the engine proposes

@@ -48,6 +48,8 @@ Rows that change what the candidates carry refit those per outer fold too
 - ``no_termclf``     without the per-term text classifier;
 - ``with_termclf``   with it, for a set whose setting leaves it out (how NCBI's was decided);
 - ``no_split``       multi-part mentions not split (``Engine(split=False)``);
+- ``no_documents``   mentions read without their documents (a PubTator set's abstracts: the abbreviations
+                     they define are not spelled out, termnorm.context);
 - ``coded_key``      history recall by coded key too (``--history-extras key``:
                      :class:`termnorm.recall.history.CodedKeyRecaller`);
 - ``history_extras`` that and analogy recall (``--history-extras key,analogy``:
@@ -76,6 +78,7 @@ import platform
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -99,6 +102,7 @@ ROWS = {
     "no_termclf": dict(term_classifier=False),
     "with_termclf": dict(term_classifier=True),
     "no_split": dict(split=False),
+    "no_documents": dict(documents=False),
     "dense": dict(dense="dense"),
     "dense_crossfit": dict(dense="crossfit"),
     "bag_3": dict(bag=3),
@@ -108,7 +112,10 @@ ROWS = {
 DEFAULT_ROWS = ("shipped", "ensemble_3", "no_context", "no_part_count", "before")
 #: options of the ranker's training data (what the candidates carry, how many history splits): a row with
 #: any of them gets its own ``ranker_training_data``
-DATA_OPTIONS = ("keyword_features", "surface_diff", "term_classifier", "split", "dense", "bag", "history_extras")
+DATA_OPTIONS = ("keyword_features", "surface_diff", "term_classifier", "split", "dense", "bag", "history_extras",
+                "documents")
+#: the data options that build the engine or its mentions, not ranker_training_data's
+BUILD_OPTIONS = ("split", "dense", "history_extras", "documents")
 #: the permutation of the training file that cuts outer folds 1-4
 SPLIT_SEED = 2026
 
@@ -178,17 +185,20 @@ def run_fold(name: str, data: str, k: int, seed: int, rows: tuple[str, ...] = DE
         groups.setdefault(tuple(sorted(data_kw.items())), []).append(row)
     for data_kw, group in groups.items():
         t0 = time.perf_counter()
-        eng = Engine(vocab, history=train, keyword_dir=data / "keywords" if name != "ncbi" else None,
+        g_train, g_test = train, test
+        if not dict(data_kw).get("documents", True):
+            g_train, g_test = ([replace(m, document="") for m in ms] for ms in (train, test))
+        eng = Engine(vocab, history=g_train, keyword_dir=data / "keywords" if name != "ncbi" else None,
                      recall_profile=settings["recall_profile"], max_candidates=settings["max_candidates"],
                      split=dict(data_kw).get("split", True),
                      history_extras=dict(data_kw).get("history_extras", ()),
                      dense=_load_dense(dense[dict(data_kw)["dense"]], k) if dict(data_kw).get("dense") else None)
-        splits = eng.ranker_training_data(train, seed=seed,
-                                          **{o: v for o, v in data_kw if o not in ("split", "dense", "history_extras")})
+        splits = eng.ranker_training_data(g_train, seed=seed,
+                                          **{o: v for o, v in data_kw if o not in BUILD_OPTIONS})
         if "candidates_seconds" not in out:
             out["candidates_seconds"] = round(time.perf_counter() - t0, 1)
         for row in group:
-            _fit_and_score(eng, splits, row, seed, settings, texts, test, out, dict(data_kw))
+            _fit_and_score(eng, splits, row, seed, settings, texts, g_test, out, dict(data_kw))
     return out
 
 
@@ -198,7 +208,7 @@ def _fit_and_score(eng, splits, row, seed, settings, texts, test, out, data_kw) 
     kw["keyword_features"] = data_kw.get("keyword_features", True)
     t1 = time.perf_counter()
     eng.fit_ranker(splits, seed=seed, rule_metric=settings["rule_metric"], **kw)
-    sugs = eng.suggest_batch(texts)
+    sugs = eng.suggest_batch(texts, documents=[m.document for m in test])
     right, tp, n_pred, n_gold = [], 0, 0, 0
     for s, m in zip(sugs, test):
         chosen, gold = set(s.chosen), set(m.terms)

@@ -58,7 +58,7 @@ def create_batch(s: Session, name: str, vocabulary_id: int, mentions: Sequence[s
     if items:
         s.execute(insert(Mention), [
             {"batch_id": b.id, "position": i, "text": m.text.strip(), "gold_terms": list(m.terms) or None,
-             "source_row": m.row, "status": "new", "updated_at": now}
+             "source_row": m.row, "status": "new", "updated_at": now, "document": m.document or None}
             for i, m in enumerate(items, start=1)])
     if any(m.terms for m in items):  # labelled mentions take their side of the evaluation split (db.learning)
         from db import learning  # db.learning builds on db.services: a top-level import would be a cycle
@@ -174,6 +174,7 @@ def mention(s: Session, mention_id: int) -> dict:
     out = _mention_dict(m)
     out["vocabulary_id"] = m.batch.vocabulary_id
     out["batch"] = m.batch.name
+    out["document"] = m.document or ""
     hist = s.execute(select(Decision, User.username).join(User, User.id == Decision.user_id)
                      .where(Decision.mention_id == mention_id).order_by(Decision.id)).all()
     out["decisions"] = [{"id": d.id, "user": u, "at": d.at, "action": d.action, "terms": list(d.terms),
@@ -184,6 +185,16 @@ def mention(s: Session, mention_id: int) -> dict:
                          "is_latest": d.is_latest} for d, u in hist]
     out["decision"] = next((d for d in out["decisions"] if d["is_latest"]), None)
     return out
+
+
+def mention_documents(s: Session, mention_ids: Sequence[int]) -> dict[int, str]:
+    """mention id -> the text it was found in, for those of ``mention_ids`` imported with one (the engine reads
+    their abbreviations in it; the lists of mentions leave documents out: they may be long notes)."""
+    if not mention_ids:
+        return {}
+    rows = s.execute(select(Mention.id, Mention.document).where(Mention.id.in_(list(mention_ids)),
+                                                                Mention.document.is_not(None)))
+    return {i: d for i, d in rows if d}
 
 
 def _order_keys(order: str) -> list:

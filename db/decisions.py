@@ -220,22 +220,23 @@ def supersede_and_pairs(s: Session, m: Mention, d: Decision, vocab_id: int, term
 def coded_mentions(s: Session, vocabulary_id: int) -> list[LabelledMention]:
     """Mentions whose latest decision accepted or corrected terms: the engine's coded history.
 
-    One per distinct mention text (the most recent decision wins). Auto-coded
+    One per distinct mention text and document (the most recent decision wins; the engine reads a mention
+    in its document, termnorm.reading). Auto-coded
     mentions are left out: feeding the engine its own unconfirmed output back as
     history would only reinforce its mistakes. So are decisions sent to
     re-review: their term was retired or re-coded, or a lead questioned them
     (the engine would otherwise put a retired term back among its terms:
     ``Engine`` adds the coded history's names to the vocabulary).
     """
-    q = (select(Mention.text, Decision.terms, Mention.source_row)
+    q = (select(Mention.text, Decision.terms, Mention.source_row, Mention.document)
          .join(Decision, Decision.mention_id == Mention.id).join(Batch, Batch.id == Mention.batch_id)
          .where(Batch.vocabulary_id == vocabulary_id, Decision.is_latest,
                 Decision.action.in_(("accept", "correct")), Decision.review_status != "needs_rereview")
          .order_by(Decision.id))
-    latest: dict[str, LabelledMention] = {}
-    for text, terms, row in s.execute(q):
-        latest.pop(text, None)
-        latest[text] = LabelledMention(text, list(terms), row)
+    latest: dict[tuple, LabelledMention] = {}
+    for text, terms, row, document in s.execute(q):  # a text per document: FED is not FED in another note
+        latest.pop((text, document), None)
+        latest[(text, document)] = LabelledMention(text, list(terms), row, document=document or "")
     return list(latest.values())
 
 

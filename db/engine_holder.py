@@ -14,6 +14,7 @@ import threading
 
 from db import serving, services
 from db.suggestions import PRECODED
+from termnorm import reading
 from termnorm.engine import Engine, demo_mentions, demo_vocabulary
 from termnorm.records import Candidate, KeywordSpan, Suggestion
 from termnorm.text.normalize import normalize
@@ -74,9 +75,10 @@ class EngineHolder:
         sugs: list[Suggestion] = []
         for at in range(0, len(mention_ids), PREPARE_AHEAD):
             ids, group = mention_ids[at:at + PREPARE_AHEAD], texts[at:at + PREPARE_AHEAD]
+            docs = services.mention_documents(s, ids)  # the texts they were found in (their abbreviations)
             with self.lock:
                 rev = self.revision
-                got = self.engine.suggest_batch(group)
+                got = self.engine.suggest_batch(group, documents=[docs.get(i, "") for i in ids])
             services.store_suggestions(s, ids, got)  # outside the lock: the fsync waits for the disk only
             for mid in ids:
                 self._computed[mid] = rev
@@ -142,9 +144,10 @@ class EngineHolder:
         return len(todo)
 
     # -- learning
-    def learn(self, mention: str, terms: list[str]) -> None:
+    def learn(self, mention: str, terms: list[str], document: str = "") -> None:
+        """A decision, learnt at once: the mention as the engine reads it in its ``document`` (if any)."""
         with self.lock:
-            self.engine.add_coded_mention(mention, list(terms))
+            self.engine.add_coded_mention(reading.in_document(self.engine, mention, document), list(terms))
             self._learnt(mention)
 
     def _learnt(self, text: str) -> None:

@@ -28,7 +28,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from db import auth, exports, learning, serving, services
+from db import auth, exports, import_rows, learning, serving, services
 from termnorm.records import suggestion_dict
 from termnorm.stats import band_of
 
@@ -36,6 +36,8 @@ from termnorm.stats import band_of
 MAX_MENTIONS = 1000
 #: Mention length accepted (db.imports refuses longer mentions in files for the same reason).
 MAX_CHARS = 500
+#: Document length accepted with a mention (db.import_rows: the same limit for imported files).
+MAX_DOCUMENT_CHARS = import_rows.MAX_DOCUMENT_CHARS
 
 app = FastAPI(title="termnorm", version="1", description=__doc__.split("\n\n")[0])
 
@@ -119,6 +121,8 @@ class NormalizeRequest(BaseModel):
     mentions: list[str] = Field(min_length=1, max_length=MAX_MENTIONS, examples=[["右侧甲状腺肿瘤切除术"]])
     vocabulary: str | None = Field(None, description="vocabulary name (optional when only one is loaded)")
     k: int = Field(10, ge=1, le=50, description="candidates returned per mention")
+    documents: list[str] | None = Field(None, description="the text each mention was found in (a note, an "
+                                        "abstract), one per mention: abbreviations it defines are read")
 
 
 @app.post("/normalize")
@@ -126,10 +130,14 @@ def normalize(req: NormalizeRequest, user: Coder) -> dict:
     long = [i for i, m in enumerate(req.mentions) if len(m) > MAX_CHARS or not m.strip()]
     if long:
         raise HTTPException(422, f"mentions {long[:10]} are empty or longer than {MAX_CHARS} characters")
+    if req.documents is not None and len(req.documents) != len(req.mentions):
+        raise HTTPException(422, f"documents: one per mention ({len(req.mentions)}), found {len(req.documents)}")
+    if req.documents is not None and any(len(d) > MAX_DOCUMENT_CHARS for d in req.documents):
+        raise HTTPException(422, f"documents longer than {MAX_DOCUMENT_CHARS:,} characters")
     vocab = _vocabulary(req.vocabulary)
     lock, engine = ENGINES.get(vocab["id"])
     with lock:
-        sugs = engine.suggest_batch(list(req.mentions), k=max(20, req.k))
+        sugs = engine.suggest_batch(list(req.mentions), k=max(20, req.k), documents=req.documents)
     bands = learning.serving_bands(None, vocab["id"])
     out = []
     for sug in sugs:

@@ -23,6 +23,10 @@ MENTION_COLUMNS = ("mention", "text", "原始词")
 TERMS_COLUMNS = ("terms", "gold", "gold_terms", "标准词", "normalized_result")
 JSON_TEXT_KEYS = ("text", "mention", "原始词")
 JSON_TERMS_KEYS = ("normalized_result", "terms", "标准词")
+# the text a mention was found in (a note, an abstract): the engine reads the abbreviations it defines
+DOCUMENT_COLUMNS = ("document", "context", "note", "abstract", "原文", "病历")
+# ~25 pages: a longer cell is a whole record export, not the note the mention came from
+MAX_DOCUMENT_CHARS = 100_000
 UNDECODABLE = "undecodable text (neither UTF-8 nor GB18030)"
 UNBALANCED_QUOTE = 'unbalanced quote (") in this row: fix the quoting and import the row again'
 
@@ -225,12 +229,26 @@ def gold_terms(value, restore: bool) -> tuple[list[str], set[str]]:
     return split_terms(text), found
 
 
-def take_row(out: MentionsRead, row: int, text: str, terms: list[str], found: set[str]) -> None:
-    """File one data row as good (with a notice if it was cleaned) or as a problem."""
+def document_cell(value) -> tuple[str, str | None]:
+    """A document cell as text, and a notice when it cannot be used (the row is imported without it)."""
+    if value is None:
+        return "", None
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        return "", f"document is not text ({type(value).__name__}): imported without it"
+    text = _CONTROLS.sub("", cell_text(value).replace("\r\n", "\n").replace("\r", "\n"))  # its lines kept
+    if len(text) > MAX_DOCUMENT_CHARS:
+        return "", f"document longer than {MAX_DOCUMENT_CHARS:,} characters ({len(text):,}): imported without it"
+    return text, None
+
+
+def take_row(out: MentionsRead, row: int, text: str, terms: list[str], found: set[str], document=None) -> None:
+    """File one data row as good (with a notice if it was cleaned or its document dropped) or as a problem."""
     problem = validate_mention(text)
     if problem:
         out.errors.append(ImportProblem(out.file, row, problem))
         return
-    out.good.append(LabelledMention(text, terms, row))
-    if found:
-        out.notices.append(ImportProblem(out.file, row, control_notice(found)))
+    doc, doc_problem = document_cell(document)
+    out.good.append(LabelledMention(text, terms, row, document=doc))
+    notes = [n for n in (control_notice(found) if found else None, doc_problem) if n]
+    if notes:
+        out.notices.append(ImportProblem(out.file, row, "; ".join(notes)))

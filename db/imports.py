@@ -7,7 +7,10 @@ Import (``read_mentions`` / ``read_mentions_report``) accepts what coders actual
   and optionally a column of gold terms (``terms``, ``gold``, ``标准词``,
   ``normalized_result``; several names joined by ``##`` or ``|``);
 * CHIP-CDN JSON (a list of ``{"text", "normalized_result"}`` objects) and
-  JSON lines.
+  JSON lines;
+* in either, optionally the text each mention was found in (column / field
+  ``document``, ``context``, ``note``, ``abstract``, ``原文``, ``病历``): the
+  engine reads the abbreviations it defines and the coding page shows it.
 
 No row is dropped without being named: every data row read is either imported
 or an :class:`ImportProblem` (file, row, problem) in the report, and bad rows
@@ -33,9 +36,11 @@ from pathlib import Path
 from typing import Any
 
 from db.import_rows import (
+    DOCUMENT_COLUMNS,
     FORMULA_STARTS,
     JSON_TERMS_KEYS,
     JSON_TEXT_KEYS,
+    MAX_DOCUMENT_CHARS,
     MAX_MENTION_CHARS,
     MENTION_COLUMNS,
     TERMS_COLUMNS,
@@ -60,7 +65,8 @@ from termnorm.records import LabelledMention
 
 # the names importers use from here (the row-level pieces live in db.import_rows)
 __all__ = [
-    "FORMULA_STARTS", "JSON_TERMS_KEYS", "JSON_TEXT_KEYS", "MAX_MENTION_CHARS", "MENTION_COLUMNS", "TERMS_COLUMNS",
+    "DOCUMENT_COLUMNS", "FORMULA_STARTS", "JSON_TERMS_KEYS", "JSON_TEXT_KEYS", "MAX_DOCUMENT_CHARS",
+    "MAX_MENTION_CHARS", "MENTION_COLUMNS", "TERMS_COLUMNS",
     "UNBALANCED_QUOTE", "UNDECODABLE", "ImportProblem", "ImportReport", "MentionsRead", "clean_text",
     "control_notice", "neutralise_formula", "read_mentions", "read_mentions_report", "restore_formula",
     "split_terms", "validate_mention",
@@ -279,6 +285,7 @@ def _from_table(fname, rows, header_problem, nul_rows: Collection[int] = ()) -> 
     if len(rows) == 1:
         return _failed(fname, f"no data rows below the header (row {head_row})")
     tcol = find_column(header, TERMS_COLUMNS)
+    dcol = find_column(header, DOCUMENT_COLUMNS)
     out = MentionsRead(fname, n_read=len(rows) - 1)
     if blank:
         shown = ", ".join(map(str, blank[:20])) + (f" and {len(blank) - 20} more" if len(blank) > 20 else "")
@@ -290,7 +297,8 @@ def _from_table(fname, rows, header_problem, nul_rows: Collection[int] = ()) -> 
             continue
         text, found = text_cell(cells[col] if col < len(cells) else "", restore=True)
         terms, in_terms = gold_terms(cells[tcol] if tcol is not None and tcol < len(cells) else None, restore=True)
-        take_row(out, row, text, terms, found | in_terms | ({"\x00"} if row in nul_rows else set()))
+        take_row(out, row, text, terms, found | in_terms | ({"\x00"} if row in nul_rows else set()),
+                 cells[dcol] if dcol is not None and dcol < len(cells) else None)
     return out
 
 
@@ -339,6 +347,6 @@ def _from_json(fname, data) -> MentionsRead:
         text, found = text_cell(value, restore=False)
         tkey = next((k for k in JSON_TERMS_KEYS if k in obj), None)
         terms, in_terms = gold_terms(obj[tkey] if tkey else None, restore=False)
-        take_row(out, row, text, terms, found | in_terms)
+        take_row(out, row, text, terms, found | in_terms, next((obj[k] for k in DOCUMENT_COLUMNS if k in obj), None))
     out.errors.sort(key=lambda p: p.row or 0)
     return out

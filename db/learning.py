@@ -189,14 +189,16 @@ def chapters_by_side(s: Session, vocabulary_id: int) -> dict[str, dict[str, int]
 
 
 def labelled_mentions(s: Session, vocabulary_id: int) -> list[dict]:
-    """Labelled mentions with a side: id, text, gold terms, split and the action of the latest decision on
-    the mention (None if undecided) -- what db.retrain reads its training and evaluation sets from."""
+    """Labelled mentions with a side: id, text, gold terms, split, the action of the latest decision on the
+    mention (None if undecided) and its document ("" if none) -- what db.retrain reads its training and
+    evaluation sets from."""
     rows = [r for r in _labelled_rows(s, vocabulary_id) if r[3] is not None]
     latest = dict(s.execute(select(Decision.mention_id, Decision.action).join(Mention, Mention.id == Decision.mention_id)
                             .join(Batch, Batch.id == Mention.batch_id)
                             .where(Batch.vocabulary_id == vocabulary_id, Decision.is_latest)).all())
-    return [{"id": i, "text": t, "gold_terms": list(g), "split": sp, "decision": latest.get(i)}
-            for i, t, g, sp in rows]
+    docs = services.mention_documents(s, [r[0] for r in rows])
+    return [{"id": i, "text": t, "gold_terms": list(g), "split": sp, "decision": latest.get(i),
+             "document": docs.get(i, "")} for i, t, g, sp in rows]
 
 
 def assign_by_file(s: Session, vocabulary_id: int, sides: dict[int, str], username: str) -> dict:

@@ -290,6 +290,8 @@ class Mention(Base):
     split: Mapped[str | None] = mapped_column(String(10))
     # (0007) rows of the source sharing this text (a pre-coded file's mention_rows): order="frequency"
     frequency: Mapped[int | None] = mapped_column(Integer)
+    # (0008) the text the mention was found in (a note, an abstract): the engine reads its abbreviations
+    document: Mapped[str | None] = mapped_column(Text)
 
     batch: Mapped[Batch] = relationship()
 

@@ -105,16 +105,16 @@ def gold_from_db(s, vocabulary_id: int, labelled: list[dict] | None = None) -> l
     names = set(services.vocabulary_from_db(s, vocabulary_id).names)
     out: dict[str, LabelledMention] = {}
 
-    def put(text: str, terms) -> None:
+    def put(text: str, terms, document: str = "") -> None:
         terms = list(terms or [])
         if terms and all(t in names for t in terms):
-            out.setdefault(normalize(text), LabelledMention(text, terms))
+            out.setdefault(normalize(text), LabelledMention(text, terms, document=document))
 
     for text, terms in gold_frame(s, vocabulary_id=vocabulary_id)[["mention", "terms"]].itertuples(index=False):
         put(text, terms)
     for m in labelled if labelled is not None else learning.labelled_mentions(s, vocabulary_id):
         if m["split"] == learning.EVAL:
-            put(m["text"], m["gold_terms"])
+            put(m["text"], m["gold_terms"], m.get("document", ""))
     return list(out.values())
 
 
@@ -129,7 +129,7 @@ def labelled_training(labelled: list[dict], names, taken: set[str]) -> list[Labe
         if (m["split"] != learning.TRAIN or m["decision"] in ("accept", "correct", "reject") or key in taken
                 or not all(t in names for t in m["gold_terms"])):
             continue
-        out.setdefault(key, LabelledMention(m["text"], list(m["gold_terms"])))
+        out.setdefault(key, LabelledMention(m["text"], list(m["gold_terms"]), document=m.get("document", "")))
     return list(out.values())
 
 

@@ -50,6 +50,7 @@ from db.batches import (
     create_batch,
     import_mentions,
     mention,
+    mention_documents,
     mentions,
     next_mention,
     queue_order,
@@ -105,7 +106,7 @@ __all__ = [
     # db.batches
     "CLAIM_MINUTES", "FINAL_STATUSES", "OPEN_STATUSES", "ORDERS", "ORDER_LABELS", "REREVIEW", "batch_progress",
     "batches", "claim", "claimed_by_others", "claims", "release_claim", "release_claims", "create_batch",
-    "import_mentions", "mention", "mentions", "next_mention", "queue_order", "set_queue_order",
+    "import_mentions", "mention", "mention_documents", "mentions", "next_mention", "queue_order", "set_queue_order",
     # db.suggestions
     "latest_suggestion", "latest_suggestion_versions", "store_suggestion", "store_suggestions",
     # db.decisions

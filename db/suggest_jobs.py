@@ -350,7 +350,9 @@ def run_chunks(params: dict, ctx, pick) -> dict:
                  done=0, total=total, stored=0, rate=None, eta_s=None, model_version=srv.version)
     while pending:
         part, pending = pending[:chunk], pending[chunk:]
-        sugs = srv.engine.suggest_batch([t for _, t in part])
+        with services.session_scope(url) as s:
+            docs = services.mention_documents(s, [m for m, _ in part])
+        sugs = srv.engine.suggest_batch([t for _, t in part], documents=[docs.get(m, "") for m, _ in part])
         stored += store_chunk(url, [m for m, _ in part], sugs, srv.version, srv.edition,
                               statuses=params.get("statuses", PENDING), group=int(params.get("write", WRITE)))
         done += len(part)

@@ -72,7 +72,7 @@ class Engine:
         self.history_extras = check_history_extras(history_extras)
         self.keyword_dir = keyword_dir
         self.abbreviations = keyword_abbreviations(keyword_dir, vocabulary.language)
-        self.history: list[LabelledMention] = list(history or [])
+        self.history: list[LabelledMention] = reading.read_labelled(self, history or [])
         self.recall_profile = recall_profile
         # the candidate set a mention ends with: the union (a "deep" profile recalls ~100) ordered by the
         # lexical ranker and cut here, so the ranker's top picks, not the union's, fill the budget
@@ -301,7 +301,7 @@ class Engine:
         import copy
 
         eng = copy.copy(self)
-        eng.history = list(history)
+        eng.history = reading.read_labelled(self, history)
         eng._sieve = {normalize(m.text): list(m.terms) for m in eng.history}
         eng._history_recallers = history_strategies(self.vocabulary, eng.history, self.history_extras)
         eng.union = eng._union([*self._vocab_strategies, *eng._history_recallers], split=self.split)
@@ -353,18 +353,10 @@ class Engine:
         return out
 
     # ---- the public API ---------------------------------------------------------
-    def suggest_batch(self, mentions, k: int = 20, progress=None) -> list[Suggestion]:
-        mentions = list(mentions)
-        out: list[Suggestion] = []
-        step = 64
-        for s in range(0, len(mentions), step):
-            chunk = mentions[s:s + step]
-            read = [self.spelled_out(m) for m in chunk]
-            cand_lists = self.recall_batch(read, originals=chunk)
-            out.extend(self._finish(read, cand_lists, k, originals=chunk))
-            if progress:
-                progress(min(len(mentions), s + step), len(mentions))
-        return out
+    def suggest_batch(self, mentions, k: int = 20, progress=None, documents=None) -> list[Suggestion]:
+        """Suggestions for ``mentions``; ``documents`` (one per mention, "" for none) are the texts they were
+        found in, whose abbreviations are read (:func:`termnorm.reading.suggest_batch`)."""
+        return reading.suggest_batch(self, list(mentions), k, progress, documents)
 
     def same_keyword(self, mention_keyword: str, term_keyword: str) -> bool:
         """Whether coders treat the two keywords as the same (:func:`termnorm.reading.same_keyword`)."""

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Hashable, Iterable, Sequence
 
 import numpy as np
 
+from termnorm import reading
+
 if TYPE_CHECKING:
     from termnorm.engine import Engine
     from termnorm.records import LabelledMention
@@ -231,8 +233,10 @@ def evaluate_predictions(gold: Sequence[Terms], predicted_sets: Sequence[Terms] 
 
 def evaluate_engine(engine: Engine, mentions: list[LabelledMention], stage: str = "recall", k: int = 20,
                     progress: bool = False) -> dict:
-    """Run recall (or the full pipeline) on labelled mentions and compute every metric."""
+    """Run recall (or the full pipeline) on labelled mentions and compute every metric (a mention with its
+    document is read in it, termnorm.reading.in_document)."""
     texts = [m.text for m in mentions]
+    documents = [getattr(m, "document", "") for m in mentions]
     gold = [m.terms for m in mentions]
     bar = None
     if progress:
@@ -242,7 +246,8 @@ def evaluate_engine(engine: Engine, mentions: list[LabelledMention], stage: str 
     if stage == "recall":
         cand_lists = []
         for s in range(0, len(texts), 256):
-            cand_lists.extend(engine.recall_batch(texts[s:s + 256]))
+            cand_lists.extend(engine.recall_batch([reading.in_document(engine, t, d) for t, d in
+                                                   zip(texts[s:s + 256], documents[s:s + 256])]))
             if bar:
                 bar.update(len(texts[s:s + 256]))
         for cl in cand_lists:
@@ -255,7 +260,7 @@ def evaluate_engine(engine: Engine, mentions: list[LabelledMention], stage: str 
             if bar:
                 bar.n = done
                 bar.refresh()
-        sugs = engine.suggest_batch(texts, k=10 ** 6, progress=cb)
+        sugs = engine.suggest_batch(texts, k=10 ** 6, progress=cb, documents=documents)
         ranked = [[c.term for c in s.candidates] for s in sugs]
         predicted = [s.chosen for s in sugs]
         counts = [s.predicted_count for s in sugs]

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from termnorm import reading
 from termnorm.recall.strategies import history_strategies
 from termnorm.records import LabelledMention
 from termnorm.text.normalize import normalize
@@ -52,7 +53,7 @@ def fit_lexical(engine: Engine, train: list[LabelledMention], folds: int = 4, pr
         raise ValueError(f"bag must be at least 1, not {bag}")
     if gbm.ensemble is not None and gbm.ensemble < 1:
         raise ValueError(f"ensemble must be at least 1, not {gbm.ensemble}")
-    train = [m for m in train if m.terms]
+    train = reading.read_labelled(engine, [m for m in train if m.terms])
     splits = engine.ranker_training_data(train, folds=folds, seed=seed, bag=bag, with_history=with_history,
                                          surface_diff=surface_diff, keyword_features=gbm.keyword_features,
                                          term_classifier=term_classifier, progress=progress)
@@ -75,7 +76,7 @@ def ranker_training_data(engine: Engine, train: list[LabelledMention], folds: in
                          keyword_features: bool = True, term_classifier: bool = True,
                          progress: bool = False) -> list[tuple]:
     """:meth:`termnorm.engine.Engine.ranker_training_data`."""
-    train = [m for m in train if m.terms]
+    train = reading.read_labelled(engine, [m for m in train if m.terms])
     splits, scorer, surface_s = [], None, 0.0
     for r in range(bag):
         rng = np.random.default_rng(seed + r)
@@ -152,7 +153,7 @@ def fit_term_classifier(engine: Engine, train: list[LabelledMention], enabled: b
         engine.term_classifier = None
         return
     t0 = time.perf_counter()
-    clf = TermClassifier(engine.vocabulary).fit(train)
+    clf = TermClassifier(engine.vocabulary).fit(reading.read_labelled(engine, train))
     engine.term_classifier = clf if clf.fitted else None
     engine.meta["term_classifier_seconds"] = round(time.perf_counter() - t0, 2)
 

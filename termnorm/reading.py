@@ -3,6 +3,10 @@
 * :func:`spelled_out` -- abbreviations added at run time (the demo list, coders' ones) written out before the
   engine reads the mention (卵巢Ca -> 卵巢恶性肿瘤); the keyword folder's table is the recall's own (its
   ``_abbr`` keys are features of a fitted ranker), so it is left to the recall.
+* :func:`in_document` / :func:`read_labelled` -- a mention read in its document (termnorm.context: the
+  abbreviations the document defines spelled out, FED -> fish-eye disease), unless the mention as written is
+  a name or synonym of the vocabulary (SJS is one in MEDIC; its spelled-out form is another concept's
+  synonym). Coded mentions are read the same way, so history and suggestions agree.
 * :func:`same_keyword` -- whether a keyword of the mention and one of a term mean the same to coders: equal, or
   a rewrite the surface-difference scorer (termnorm.rank.surface) learned from their decisions with a weight of
   at least :data:`SAME_KEYWORD_WEIGHT` (肿瘤 -> 病损). The app marks a keyword as missing or different only
@@ -11,6 +15,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from termnorm.context import read_in_document
 from termnorm.text.normalize import Abbreviations, normalize
 
 #: The learned rewrite weight from which a mention's keyword and a term's count as the same.
@@ -35,3 +42,51 @@ def spelled_out(engine, mention: str) -> str:
     n = normalize(mention)
     expanded = cached[1].expand(n)
     return mention if expanded == n else expanded
+
+
+def surfaces(engine) -> frozenset[str]:
+    """The vocabulary's names and synonyms, normalized (built once per engine)."""
+    got = getattr(engine, "_surface_set", None)
+    if got is None:
+        got = engine._surface_set = frozenset(normalize(t) for t in engine.vocabulary.surface_forms()[0])
+    return got
+
+
+def in_document(engine, mention: str, document: str | None) -> str:
+    """``mention`` read in ``document`` (the module docstring); ``mention`` itself without one."""
+    if not document:
+        return mention
+    known = surfaces(engine)
+    return mention if normalize(mention) in known else read_in_document(mention, document, known)
+
+
+def read_labelled(engine, mentions) -> list:
+    """Labelled mentions with their texts read in their documents (the same objects where nothing changes)."""
+    out = []
+    for m in mentions:
+        read = in_document(engine, m.text, getattr(m, "document", ""))
+        out.append(m if read == m.text else replace(m, text=read))
+    return out
+
+
+def suggest_batch(engine, mentions: list[str], k: int, progress, documents) -> list:
+    """:meth:`termnorm.engine.Engine.suggest_batch`: each mention read in its document, then with the run-time
+    abbreviations spelled out, in groups of 64. The document's reading is what the sieve looks up (coded
+    mentions from documents are stored read); the suggestion keeps the mention as written, its keywords
+    marked on it, and says how it was read (``spelled_out``)."""
+    documents = list(documents) if documents is not None else [""] * len(mentions)
+    out: list = []
+    step = 64
+    for s in range(0, len(mentions), step):
+        chunk = mentions[s:s + step]
+        in_doc = [in_document(engine, m, d) for m, d in zip(chunk, documents[s:s + step])]
+        read = [engine.spelled_out(m) for m in in_doc]
+        sugs = engine._finish(read, engine.recall_batch(read, originals=in_doc), k, originals=in_doc)
+        for sug, m, d in zip(sugs, chunk, in_doc):
+            if d != m:
+                sug.spelled_out = sug.spelled_out or d
+                sug.mention, sug.keywords = m, engine.tag(m)
+        out.extend(sugs)
+        if progress:
+            progress(min(len(mentions), s + step), len(mentions))
+    return out

@@ -16,6 +16,7 @@ class LabelledMention:
     text: str
     terms: list[str]
     row: int | None = None  # 1-based row / item in the source file
+    document: str = ""  # the text the mention was found in (a PubTator title + abstract), "" if none
 
 
 @dataclass

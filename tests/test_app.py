@@ -18,6 +18,7 @@ from streamlit.testing.v1 import AppTest
 
 from db import services
 from termnorm.engine import demo_mentions
+from termnorm.records import LabelledMention
 
 REPO = Path(__file__).resolve().parents[1]
 APP = str(REPO / "app.py")
@@ -391,6 +392,31 @@ def test_an_abbreviation_in_a_mention_is_spelled_out_and_shown(db_url):
     pick = next(row for row in table.split("<tr") if 'class="tn-pick"' in row)
     assert "卵巢恶性肿瘤" in pick or "恶性肿瘤" in pick
     assert "kw-mismatch" not in pick
+
+
+def test_a_mention_is_read_in_the_note_it_came_from(db_url):
+    """PAF alone means nothing to the engine; the note it came from defines it (阵发性心房颤动（PAF）): the
+    suggestion follows the note, the page says how the mention was read and shows the note."""
+    start()
+    note = "既往诊断为阵发性心房颤动（PAF），长期口服华法林。"
+    with services.session_scope(db_url) as s:
+        vid = services.vocabulary_id(s, "demo-diagnoses")
+        bid = services.create_batch(s, "notes", vid, [LabelledMention("PAF", [], 1, document=note),
+                                                      LabelledMention("PAF", [], 2)])
+    at = start(batch=bid)
+    mid = current_id(at)
+    assert suggestion(db_url, mid).chosen == ["阵发性心房颤动"]
+    shown = [m.value for m in at.markdown if "tn-spelled-out" in m.value]
+    assert len(shown) == 1 and "read as: <b>阵发性心房颤动</b> (PAF = 阵发性心房颤动 in the document)" in shown[0]
+    doc = next(m.value for m in at.markdown if "tn-document" in m.value)
+    assert "<mark>阵发性心房颤动</mark>（<mark>PAF</mark>），长期口服华法林" in doc
+    at.button(key=f"accept_{mid}").click()
+    rerun(at)
+    assert latest(db_url, mid)["decision"]["terms"] == ["阵发性心房颤动"]
+    # the same text without a note is read as written: no reading line, no document
+    nxt = current_id(at)
+    assert nxt != mid and latest(db_url, nxt)["document"] == ""
+    assert not [m for m in at.markdown if "tn-spelled-out" in m.value or "tn-document" in m.value]
 
 
 def test_correction_changes_the_suggestion_for_the_same_mention(db_url):

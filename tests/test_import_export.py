@@ -116,6 +116,43 @@ def test_xlsx_with_good_and_bad_rows(db, tmp_path):
         ("双侧甲状腺全切术", ["甲状腺全部切除术"], 2), ("12345", [], 5)]
 
 
+def test_the_document_of_each_mention_is_imported_with_it(db, tmp_path):
+    """A column (CSV / XLSX) or field (JSON) holding the note a mention came from: stored with the mention,
+    read by the engine; a document that cannot be used is a notice and the row comes in without it."""
+    s, vid = db
+    note = "入院记录：患者因经皮冠状动脉介入治疗（PCI）术后复查入院。\n既往 PCI 一次。"
+    path = tmp_path / "notes.csv"
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["mention", "病历"])
+        w.writerows([["PCI术后", note], ["胆囊切除", ""], ["阑尾切除", "x" * (dbio.MAX_DOCUMENT_CHARS + 1)]])
+    rep = S.import_mentions(s, path, "notes", vid)
+    assert rep.errors == [] and rep.n_ok == 3 and adds_up(rep)
+    assert [(n.row, n.problem) for n in rep.notices] == [  # line 5: the note above spans lines 2-3
+        (5, f"document longer than {dbio.MAX_DOCUMENT_CHARS:,} characters (100,001): imported without it")]
+    ms = S.mentions(s, rep.batch_id)
+    docs = S.mention_documents(s, [m["id"] for m in ms])
+    assert docs == {ms[0]["id"]: note}  # line breaks inside the quoted note kept; empty / dropped: none
+    assert S.mention(s, ms[0]["id"])["document"] == note and S.mention(s, ms[1]["id"])["document"] == ""
+
+    wb = openpyxl.Workbook()
+    wb.active.append(["原始词", "document"])
+    wb.active.append(["FED", "Fish-eye disease (FED) is rare."])
+    wb.save(tmp_path / "notes.xlsx")
+    rep = S.import_mentions(s, tmp_path / "notes.xlsx", "notes xlsx", vid)
+    (m,) = S.mentions(s, rep.batch_id)
+    assert S.mention_documents(s, [m["id"]]) == {m["id"]: "Fish-eye disease (FED) is rare."}
+
+    path = tmp_path / "notes.jsonl"
+    path.write_text(json.dumps({"text": "FED", "context": "Fish-eye disease (FED)."}) + "\n"
+                    + json.dumps({"text": "WAS", "document": ["not", "text"]}) + "\n", encoding="utf-8")
+    rep = S.import_mentions(s, path, "notes jsonl", vid)
+    assert rep.n_ok == 2 and [(n.row, n.problem) for n in rep.notices] == [
+        (2, "document is not text (list): imported without it")]
+    ms = S.mentions(s, rep.batch_id)
+    assert S.mention_documents(s, [m["id"] for m in ms]) == {ms[0]["id"]: "Fish-eye disease (FED)."}
+
+
 def test_chip_cdn_json_with_bad_items(db, tmp_path):
     s, vid = db
     items = [{"text": "胆囊结石伴胆囊炎", "normalized_result": "胆囊切除术"}, "just a string",

@@ -184,6 +184,10 @@ def test_ncbi_pubtator(medic):
     assert dev.mentions[0].terms == ["Metabolism, Inborn Errors"]
     composite = [m for m in dev.mentions if m.text == "breast or ovarian cancer"]
     assert composite[0].terms == ["Breast Neoplasms", "Ovarian Neoplasms"]
+    # each mention carries its document: the title and abstract lines of its PMID
+    fed = next(m for m in dev.mentions if m.text == "FED")
+    assert fed.document.count("\n") == 1 and "fish-eye disease (FED)" in fed.document
+    assert all(m.document for m in dev.mentions)
     assert sum(len(m.terms) for m in dev.mentions) == 821
     train = load_labelled(DATA / "ncbi-disease" / "NCBItrainset_corpus.txt", medic)
     assert len(train) == 5_145 and sum(len(m.terms) for m in train.mentions) == 5_263

@@ -15,7 +15,9 @@ format              file
                     标准词) with names joined by ``##`` (Yidu-N7K train/val).
 ``pubtator``        NCBI disease corpus: every annotation line ``pmid, start,
                     end, mention, type, ids`` is one mention; composite ids
-                    ``D1|D2`` / ``D1+D2`` give several terms.
+                    ``D1|D2`` / ``D1+D2`` give several terms; the document's
+                    title and abstract lines are the mention's ``document``
+                    (termnorm.context reads its abbreviations).
 ==================  ============================================================
 
 Gold names that are not names of ``vocab`` are *reported* in
@@ -153,11 +155,13 @@ def _load_pubtator(src: Source, vocab: Vocabulary | None) -> LabelledSet:
         raise DataFormatError(src.path, None, "PubTator files are text, found a spreadsheet")
     mentions: list[LabelledMention] = []
     missing: list[tuple[int | None, str]] = []
+    documents: dict[str, list[str]] = {}
     for row, line in src.lines():
         if "\t" not in line:
             parts = line.split("|", 2)
             if len(parts) == 3 and parts[1] in ("t", "a") and parts[0].strip():
-                continue  # title / abstract: the mention lines carry all we need
+                documents.setdefault(parts[0].strip(), []).append(parts[2])
+                continue
             raise DataFormatError(
                 src.path, row, "bad PubTator line: neither 'pmid|t|title', 'pmid|a|abstract' nor an annotation"
             )
@@ -193,7 +197,10 @@ def _load_pubtator(src: Source, vocab: Vocabulary | None) -> LabelledSet:
                 nm = cid
             if nm not in terms:
                 terms.append(nm)
-        mentions.append(LabelledMention(text=text, terms=terms, row=row))
+        mentions.append(LabelledMention(text=text, terms=terms, row=row, document=pmid))
     if not mentions:
         raise DataFormatError(src.path, None, "no annotated mentions found")
+    texts = {pmid: "\n".join(lines) for pmid, lines in documents.items()}
+    for m in mentions:  # one string per document, shared by its mentions
+        m.document = texts.get(m.document, "")
     return LabelledSet(path=str(src.path), mentions=mentions, missing=missing)

@@ -1,0 +1,121 @@
+"""Reading a mention in its document: the abbreviations the document defines, spelled out.
+
+A mention such as "FED" or "G6PD deficiency" names a disease only through the text around it: the abstract
+says "fish-eye disease (FED)" once and then writes "FED". :func:`defined_abbreviations` finds those
+definitions with the Schwartz–Hearst algorithm (the ``abbreviations`` package: a short form in brackets after
+its long form, the short form's characters found in order in the long form's words), and
+:func:`read_in_document` writes the mention as the document means it:
+
+* a mention that *is* a defined short form becomes its long form ("FED" -> "fish-eye disease");
+* a defined short form inside a mention is replaced ("G6PD deficiency" -> "glucose-6-phosphate dehydrogenase
+  deficiency");
+* a bracketed short form after its definition is dropped ("adenomatous polyposis coli (APC) tumour" ->
+  "adenomatous polyposis coli tumour").
+
+Chinese notes define a Latin short form after a Chinese long form (经皮冠状动脉介入治疗（PCI）); PCI术后 is then
+read as 经皮冠状动脉介入治疗术后.
+
+The engine reads coded mentions the same way (termnorm.reading.read_labelled), so the history built from
+documents and the mentions suggested from them agree. A mention without a document is read as it is.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from functools import lru_cache
+
+#: Short forms longer than this are not abbreviations (the package accepts up to ten words).
+MAX_SHORT = 12
+#: A Chinese long form before a bracketed Latin short form: 慢性阻塞性肺疾病（COPD）
+_CJK_DEFINITION = re.compile(r"([\u3400-\u4dbf\u4e00-\u9fff]{2,30})\s*[(（]\s*([A-Za-z][A-Za-z0-9-]{1,11})\s*[)）]")
+#: Characters after which a Chinese long form starts when the vocabulary does not know it (诊断为…, 行…, 因…)
+_CJK_CUES = "为行因患有示于及和与并伴"
+_ASCII_WORD = "A-Za-z0-9_"
+
+
+@lru_cache(maxsize=4096)
+def defined_abbreviations(document: str, known: frozenset[str] | None = None) -> dict[str, str]:
+    """``{short form: long form}`` defined in ``document``: Schwartz–Hearst for Latin long forms ("fish-eye
+    disease (FED)" -> FED: fish-eye disease; the most frequent definition of a short form defined twice), and
+    a Chinese long form before a bracketed Latin short form (经皮冠状动脉介入治疗（PCI） -> PCI). Where the
+    Chinese long form starts is not marked: the longest end of the Chinese run that is in ``known`` (the
+    vocabulary's names and synonyms, normalized), else what follows the last of :data:`_CJK_CUES`."""
+    if not document or not any(b in document for b in "(（"):
+        return {}
+    from abbreviations import schwartz_hearst
+
+    quiet = logging.getLogger().manager.disable
+    logging.disable(logging.WARNING)  # the package logs every sentence it cannot parse
+    try:
+        pairs = schwartz_hearst.extract_abbreviation_definition_pairs(
+            doc_text=document.replace("（", "(").replace("）", ")"), most_common_definition=True)
+    finally:
+        logging.disable(quiet)
+    out = {s: " ".join(long.split()) for s, long in pairs.items() if 2 <= len(s) <= MAX_SHORT and len(long) > len(s)}
+    for m in _CJK_DEFINITION.finditer(document):
+        long = _chinese_long_form(m.group(1), known)
+        if long:
+            out.setdefault(m.group(2), long)
+    return out
+
+
+def _chinese_long_form(run: str, known: frozenset[str] | None) -> str | None:
+    if known:
+        from termnorm.text.normalize import normalize
+
+        for i in range(len(run) - 1):  # the longest known end first
+            if normalize(run[i:]) in known:
+                return run[i:]
+    cut = max(run.rfind(c) for c in _CJK_CUES)
+    tail = run[cut + 1:]
+    return tail if 2 <= len(tail) <= 16 else None
+
+
+@lru_cache(maxsize=4096)
+def _patterns(document: str, known: frozenset[str] | None = None):
+    pairs = defined_abbreviations(document, known)
+    if not pairs:
+        return None
+    alt = "|".join(re.escape(s) for s in sorted(pairs, key=len, reverse=True))
+    w = _ASCII_WORD  # 卵巢Ca, TTP复发: a short form ends where the Latin letters do
+    return (pairs, re.compile(rf"\s*[(（]\s*({alt})\s*[)）]"),
+            re.compile(rf"(?<![{w}-])({alt})(?![{w}])(\s+([{w}]+))?"))
+
+
+def _spell(m: re.Match, pairs: dict[str, str]) -> str:
+    """One short form spelled out; the word after it dropped when the long form ends with it already
+    ("HPT-JT syndrome" -> "hyperparathyroidism-jaw tumor syndrome")."""
+    long = pairs[m.group(1)]
+    after = m.group(2) or ""
+    if m.group(3) and long.split()[-1].lower() == m.group(3).lower():
+        after = ""
+    return long + after
+
+
+def read_in_document(mention: str, document: str | None, known: frozenset[str] | None = None) -> str:
+    """``mention`` with the short forms ``document`` defines spelled out (the module docstring's rules);
+    ``mention`` itself when there are none. ``known``: as for :func:`defined_abbreviations`."""
+    found = _patterns(document, known) if document else None
+    if found is None:
+        return mention
+    pairs, bracketed, token = found
+    key = mention.strip()
+    if key in pairs:
+        return pairs[key]
+    text = bracketed.sub("", mention)
+    text = token.sub(lambda m: _spell(m, pairs), text)
+    return " ".join(text.split()) if text != mention else mention
+
+
+def definitions_used(mention: str, document: str | None, known: frozenset[str] | None = None) -> list[tuple[str, str]]:
+    """The ``(short form, long form)`` pairs of ``document`` that :func:`read_in_document` applies to
+    ``mention`` (what the coding page shows beside the reading)."""
+    found = _patterns(document, known) if document else None
+    if found is None:
+        return []
+    pairs, _, token = found
+    key = mention.strip()
+    if key in pairs:
+        return [(key, pairs[key])]
+    return list(dict.fromkeys((m.group(1), pairs[m.group(1)]) for m in token.finditer(mention)))
