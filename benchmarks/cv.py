@@ -48,6 +48,8 @@ Rows that change what the candidates carry refit those per outer fold too
 - ``no_termclf``     without the per-term text classifier;
 - ``with_termclf``   with it, for a set whose setting leaves it out (how NCBI's was decided);
 - ``no_split``       multi-part mentions not split (``Engine(split=False)``);
+- ``no_category``    without the hierarchy scores (termnorm.rank.hierarchy: the best history score among
+                     the other candidates of the candidate's code category);
 - ``no_documents``   mentions read without their documents (a PubTator set's abstracts: the abbreviations
                      they define are not spelled out, termnorm.context);
 - ``coded_key``      history recall by coded key too (``--history-extras key``:
@@ -103,6 +105,7 @@ ROWS = {
     "with_termclf": dict(term_classifier=True),
     "no_split": dict(split=False),
     "no_documents": dict(documents=False),
+    "no_category": dict(category_features=False),
     "dense": dict(dense="dense"),
     "dense_crossfit": dict(dense="crossfit"),
     "bag_3": dict(bag=3),
@@ -113,9 +116,9 @@ DEFAULT_ROWS = ("shipped", "ensemble_3", "no_context", "no_part_count", "before"
 #: options of the ranker's training data (what the candidates carry, how many history splits): a row with
 #: any of them gets its own ``ranker_training_data``
 DATA_OPTIONS = ("keyword_features", "surface_diff", "term_classifier", "split", "dense", "bag", "history_extras",
-                "documents")
+                "documents", "category_features")
 #: the data options that build the engine or its mentions, not ranker_training_data's
-BUILD_OPTIONS = ("split", "dense", "history_extras", "documents")
+BUILD_OPTIONS = ("split", "dense", "history_extras", "documents", "category_features")
 #: the permutation of the training file that cuts outer folds 1-4
 SPLIT_SEED = 2026
 
@@ -193,6 +196,7 @@ def run_fold(name: str, data: str, k: int, seed: int, rows: tuple[str, ...] = DE
                      split=dict(data_kw).get("split", True),
                      history_extras=dict(data_kw).get("history_extras", ()),
                      dense=_load_dense(dense[dict(data_kw)["dense"]], k) if dict(data_kw).get("dense") else None)
+        eng.category_features = dict(data_kw).get("category_features", True)
         splits = eng.ranker_training_data(g_train, seed=seed,
                                           **{o: v for o, v in data_kw if o not in BUILD_OPTIONS})
         if "candidates_seconds" not in out:

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from termnorm import fitting, index_cache, persist, reading
+from termnorm.rank import hierarchy
 from termnorm.demo import (
     ASSETS,
     DEMO_ABBREVIATIONS,
@@ -194,12 +195,18 @@ class Engine:
             self.diff_scorer.annotate(mentions, cands)
         self._kar_scores(mentions, cands)
         self._prior_scores(mentions, cands)
+        self._category_scores(cands)
         return cands
 
     def _prior_scores(self, mentions, cand_lists) -> None:
         """Score "prior" (termnorm.rank.prior) when the engine has one."""
         if getattr(self, "prior", None) is not None:  # getattr: engines pickled before priors existed
             self.prior.annotate(list(mentions), cand_lists, [self._n_parts(m) for m in mentions])
+
+    def _category_scores(self, cand_lists) -> None:
+        """Scores "category1/2" (termnorm.rank.hierarchy) unless switched off (``category_features``)."""
+        if getattr(self, "category_features", True):
+            hierarchy.annotate(self.vocabulary, cand_lists, self.__dict__.setdefault("_categories", {}))
 
     def _kar_scores(self, mentions, cand_lists) -> None:
         """The keyword-attentive ranker's P(match) for every candidate, kept as score "kar"."""

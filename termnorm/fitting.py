@@ -187,6 +187,7 @@ def kfold_candidates(engine: Engine, items: list[LabelledMention], fold_of, with
             hcounts.append(len(hit) if hit else 0)
         engine._kar_scores(texts, cl)
         engine._prior_scores(texts, cl)
+        engine._category_scores(cl)
     return order, cand_lists, hcounts
 
 
