@@ -1,5 +1,5 @@
 """Reading a mention in its document (termnorm.context, termnorm.reading): abbreviations the document defines
-(Schwartz–Hearst) spelled out, on the NCBI disease abstracts and MEDIC; English coordinations split."""
+(Schwartz–Hearst) spelled out, on the NCBI disease abstracts and MEDIC."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from termnorm.engine import Engine
 from termnorm.loaders import load_labelled, load_vocabulary
 from termnorm.records import LabelledMention
 from termnorm.vocabulary import Vocabulary
-from termnorm.text.split import KnownTerms, split_mention
 
 DOC = ("Fish-eye disease (FED) is a rare disorder. Glucose-6-phosphate dehydrogenase (G6PD) deficiency was "
        "excluded. FED patients and G6PD deficiency carriers were compared with the Wiskott-Aldrich syndrome (WAS).")
@@ -66,22 +65,6 @@ def test_the_engine_reads_history_and_suggestions_in_their_documents():
     assert sug.mention == "FED" and sug.spelled_out == "Fish-eye disease"  # the mention kept as written
     assert sug.chosen == ["Fish-eye disease"]
     assert plain.spelled_out == ""  # without its document "FED" is read as written
-
-
-@pytest.mark.parametrize("mention, parts", [
-    ("breast and ovarian cancer", ["breast cancer", "ovarian cancer"]),
-    ("brain, breast, and prostate cancer", ["brain cancer", "breast cancer", "prostate cancer"]),
-    ("Duchenne/Becker muscular dystrophy", ["duchenne muscular dystrophy", "becker muscular dystrophy"]),
-    ("combined deficiency of C6 and C7", ["combined deficiency of c6", "combined deficiency of c7"]),
-    ("cleft lip/palate", ["cleft lip", "cleft palate"]),
-    ("deafness and mental retardation", ["deafness", "mental retardation"]),  # a known term stays whole
-    ("breast cancer and ovarian cancer", ["breast cancer", "ovarian cancer"]),
-    ("rare, sex-linked recessive disease", ["rare, sex-linked recessive disease"]),  # commas alone: adjectives
-    ("hereditary breast and ovarian cancer syndrome", ["hereditary breast and ovarian cancer syndrome"]),  # known
-])
-def test_english_coordinations_are_split(mention, parts):
-    known = KnownTerms(["Deafness", "Hereditary Breast and Ovarian Cancer Syndrome"])
-    assert split_mention(mention, known) == parts
 
 
 def test_ncbi_abbreviations_are_read_in_their_abstracts():

@@ -14,8 +14,9 @@ nothing to split). Where it cuts:
   circled / list numbers (``①``, ``1.``, ``2、``), a ``.`` not between digits
   (``头痛.头晕`` splits, ``1.5cm`` does not), whitespace next to a CJK
   character (a space between Latin words is not a separator); ``/`` only
-  between CJK characters. An English-only mention splits on ``;`` and ``+``, and its coordinations are
-  distributed (:func:`english_coordination`: breast and ovarian cancer → breast cancer, ovarian cancer).
+  between CJK characters. An English-only mention splits only on ``;`` and ``+`` (distributing English
+  coordinations, breast and ovarian cancer → breast cancer + ovarian cancer, was measured and left out:
+  NCBI disease cross-validated 0.9174 without, 0.9157 with, sign test p = 0.33).
 * after ``待查 待诊 查因`` (月经增多原因待查|宫内节育环嵌顿);
 * connectors ``伴有 合并 并发 以及 伴 并 及 和 与 或`` inside a part, when both
   sides have ≥ 2 characters (``MIN_SIDE``), the connector is not inside a
@@ -74,7 +75,6 @@ _SEP_RE = re.compile(
     f"|(?<=[{_CJK}])\\s+|\\s+(?=[{_CJK}])"
 )
 _EN_SEP_RE = re.compile(r"[;+]+")
-_EN_CONJ_RE = re.compile(r"\s*,?\s+(?:and/or|and|or)\s+|(?<=[a-z])/(?=[a-z])")
 _BRACKETS = {ord(c): "(" for c in "【〔〖［｛[{"} | {ord(c): ")" for c in "】〕〗］｝]}"}
 _CONNECTOR_RE = re.compile("|".join(CONNECTORS))
 _CUT_RE = re.compile("(?P<after>" + "|".join(CUT_AFTER) + ")|" + "|".join(CONNECTORS))
@@ -151,7 +151,7 @@ def split_mention(text: str, known_terms: "Collection[str] | KnownTerms | None" 
     for piece in pieces:
         p = _strip(normalize(piece))
         if p:
-            parts.extend(_split_connectors(p, known_terms, tagger) if has_cjk(p) else english_coordination(p, known_terms))
+            parts.extend(_split_connectors(p, known_terms, tagger))
     parts = _tidy(parts)
     return parts if len(parts) > 1 else [whole]
 
@@ -187,37 +187,6 @@ def _split_connectors(p: str, known: KnownTerms | None, tagger) -> list[str]:
         last = b
     out.append(p[last:])
     return out
-
-
-def english_coordination(p: str, known: KnownTerms | None = None) -> list[str]:
-    """The findings a coordinated English phrase names, its shared words given to each (``p`` normalized):
-
-    * a shared head: ``breast and ovarian cancer`` → breast cancer, ovarian cancer; ``brain, breast, and prostate
-      cancer`` → three; a conjunct that is a known term itself, or ends as the last one does, stays whole
-      (``deafness and mental retardation``, ``breast cancer and ovarian cancer``);
-    * a shared start, when the last conjunct is one word and not a known term: ``deficiency of c6 and c7`` →
-      deficiency of c6, deficiency of c7; ``cleft lip/palate`` → cleft lip, cleft palate;
-    * ``and``, ``or``, ``and/or``, ``/`` between letters; commas only in a list that ends with one of them (a
-      comma alone joins adjectives: ``rare, sex-linked recessive disease``). A known term is never cut.
-    """
-    whole = known.whole if known is not None else ()
-    if p in whole:
-        return [p]
-    segments = _EN_CONJ_RE.split(p)
-    if len(segments) < 2 or "," in segments[-1]:
-        return [p]
-    conjuncts = [c.split() for seg in segments[:-1] for c in seg.split(",")] + [segments[-1].split()]
-    if any(not c for c in conjuncts):
-        return [p]
-    last, earlier = conjuncts[-1], conjuncts[:-1]
-    if len(last) >= 2:  # a shared head: the last conjunct's words after its first
-        out = [c if " ".join(c) in whole or c[-1] == last[-1] else c + last[1:] for c in earlier] + [last]
-    elif len(earlier[-1]) >= 2 and " ".join(last) not in whole:  # a shared start: the words before the last
-        start = earlier[-1][:-1]
-        out = [c if len(c) >= 2 else start + c for c in earlier] + [start + last]
-    else:
-        out = conjuncts
-    return [" ".join(c) for c in out]
 
 
 def _strip(q: str) -> str:
