@@ -259,22 +259,30 @@ def dwell_guard_html(min_seconds: float) -> str:
             " else { window.parent.__tnDwell.ms = " + str(int(round(min_seconds * 1000))) + "; }</script>")
 
 
-def document_html(document: str, marks: list[str], limit: int = 4000) -> str:
+def document_html(document: str, marks: list[str], limit: int = 4000, focus: str | None = None) -> str:
     """The text a mention was found in, escaped, with ``marks`` (the mention, the definitions it uses) in
-    ``<mark>``; cut after ``limit`` characters with a note of how much more there is."""
+    ``<mark>`` (a Latin mark only as a whole word: AF is not marked inside PAF). A longer document is shown as
+    the ``limit`` characters around ``focus`` (the definition: it may sit deep in a long note), else around the
+    first mark, saying how much is left out before and after."""
     import re
 
-    shown = document[:limit]
     marks = sorted({m for m in marks if m and m.strip()}, key=len, reverse=True)
-    if not marks:
-        body = html.escape(shown)
-    else:
-        pat = re.compile("|".join(re.escape(m) for m in marks))
-        out, at = [], 0
-        for hit in pat.finditer(shown):
-            out += [html.escape(shown[at:hit.start()]), f"<mark>{html.escape(hit.group(0))}</mark>"]
-            at = hit.end()
-        body = "".join(out) + html.escape(shown[at:])
-    more = len(document) - len(shown)
-    tail = f'<div class="tn-keys">… {more:,} more characters</div>' if more > 0 else ""
-    return f'<div class="tn-document" data-testid="tn-document" style="white-space:pre-wrap">{body}</div>{tail}'
+    pat = re.compile("|".join(rf"(?<![A-Za-z0-9]){re.escape(m)}(?![A-Za-z0-9])" if re.match(r"[A-Za-z0-9]", m)
+                              else re.escape(m) for m in marks)) if marks else None
+    start = 0
+    if len(document) > limit:
+        at_focus = document.find(focus) if focus else -1
+        first = pat.search(document) if pat and at_focus < 0 else None
+        where = at_focus if at_focus >= 0 else first.start() if first else 0
+        start = max(0, min(len(document) - limit, where - limit // 4))
+    shown = document[start:start + limit]
+    out, at = [], 0
+    for hit in (pat.finditer(shown) if pat else ()):
+        out += [html.escape(shown[at:hit.start()]), f"<mark>{html.escape(hit.group(0))}</mark>"]
+        at = hit.end()
+    body = "".join(out) + html.escape(shown[at:])
+    before, after = start, len(document) - start - len(shown)
+    head = f'<div class="tn-keys">… {before:,} characters before</div>' if before else ""
+    tail = f'<div class="tn-keys">… {after:,} more characters</div>' if after else ""
+    return (f'{head}<div class="tn-document" data-testid="tn-document" style="white-space:pre-wrap">{body}</div>'
+            f"{tail}")

@@ -18,7 +18,7 @@ import streamlit.components.v1 as components
 
 from db import auth, learning, review, services
 from app_pages import _markup, _ui
-from termnorm import context, reading, settings
+from termnorm import reading, settings
 
 SHOWN = _ui.SHOWN
 PREPARE_AHEAD = _ui.PREPARE_AHEAD
@@ -250,16 +250,16 @@ _ui.markup(f'<div class="tn-mention">{_ui.highlight_html(text, sug.keywords)}</d
 # how the engine read the mention: in its document (abbreviations it defines), then the abbreviation lists
 in_doc = reading.in_document(holder.engine, text, document)
 spelled = holder.engine.spelled_out(in_doc)
-used = context.definitions_used(text, document, reading.surfaces(holder.engine)) if in_doc != text else []
+used = reading.definitions_in(holder.engine, text, document)
 if spelled != text:
     why = ("; ".join(f"{_ui.esc(a)} = {_ui.esc(b)}" for a, b in used) + " in the document") if used \
         else "abbreviation spelled out"
     _ui.markup(f'<div class="tn-keys" data-testid="tn-spelled-out">read as: <b>{_ui.esc(spelled)}</b> '
                f"({why})</div>")
 if document:
-    with st.expander("The document this mention was found in"):
+    with st.expander(f"The document mention #{current['position']} was found in"):  # closed for each mention
         marks = [text, *(x for pair in used for x in pair)]
-        _ui.markup(_markup.document_html(document, marks))
+        _ui.markup(_markup.document_html(document, marks, focus=used[0][1] if used else None))
 _ui.markup(_ui.legend_html())
 
 # ---------------------------------------------------------------- what the engine proposes

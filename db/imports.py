@@ -63,6 +63,10 @@ from db.import_rows import (
 )
 from termnorm.records import LabelledMention
 
+# a note in a document column may be long (db.import_rows.MAX_DOCUMENT_CHARS and beyond, to name it in a
+# notice): the csv module's 128 KiB cell limit would make such a file unreadable
+csv.field_size_limit(max(csv.field_size_limit(), 32 * 1024 * 1024))
+
 # the names importers use from here (the row-level pieces live in db.import_rows)
 __all__ = [
     "DOCUMENT_COLUMNS", "FORMULA_STARTS", "JSON_TERMS_KEYS", "JSON_TEXT_KEYS", "MAX_DOCUMENT_CHARS",
@@ -195,7 +199,7 @@ def _csv_rows(data: bytes) -> tuple[list[tuple[int, list[str] | str]], set[int]]
     delimiter = max(("\t", ",", ";"), key=first.count) if any(d in first for d in "\t,;") else ","
     per_line = [(n, _line_cells(line, delimiter)) for n, line in enumerate(lines, start=1)]
     records = _records(lines, delimiter)
-    header = next((cells for _, _, cells in records if any(c.strip() for c in cells)), None)
+    header = next((cells for _, _, cells in records or () if any(c.strip() for c in cells)), None)
     col = find_column(header, MENTION_COLUMNS) if header is not None else None
     if records is None or col is None:
         return per_line, nul_rows  # _from_table reports the header
@@ -299,7 +303,16 @@ def _from_table(fname, rows, header_problem, nul_rows: Collection[int] = ()) -> 
         terms, in_terms = gold_terms(cells[tcol] if tcol is not None and tcol < len(cells) else None, restore=True)
         take_row(out, row, text, terms, found | in_terms | ({"\x00"} if row in nul_rows else set()),
                  cells[dcol] if dcol is not None and dcol < len(cells) else None)
+    if dcol is not None:
+        _say_documents(out, f"column {header[dcol].strip()!r}")
     return out
+
+
+def _say_documents(out: MentionsRead, where: str) -> None:
+    """A notice of where the documents came from and how many rows have one (a coder checks the column)."""
+    n = sum(1 for m in out.good if m.document)
+    out.notices.append(ImportProblem(out.file, None, f"documents read from {where}: {n:,} of {len(out.good):,} "
+                                                     "imported rows have one"))
 
 
 def _from_json(fname, data) -> MentionsRead:
@@ -332,6 +345,7 @@ def _from_json(fname, data) -> MentionsRead:
             return _failed(fname, "no data rows: the JSON list is empty")
         items = list(enumerate(doc, start=1))
     out.n_read = len(items) + len(out.errors)  # a line that is not JSON was a row too (rejected above)
+    keys: set[str] = set()  # the document fields the items use
     for row, obj in items:
         if not isinstance(obj, dict):
             out.errors.append(ImportProblem(fname, row, f"not an object ({type(obj).__name__})"))
@@ -347,6 +361,10 @@ def _from_json(fname, data) -> MentionsRead:
         text, found = text_cell(value, restore=False)
         tkey = next((k for k in JSON_TERMS_KEYS if k in obj), None)
         terms, in_terms = gold_terms(obj[tkey] if tkey else None, restore=False)
-        take_row(out, row, text, terms, found | in_terms, next((obj[k] for k in DOCUMENT_COLUMNS if k in obj), None))
+        dkey = next((k for k in DOCUMENT_COLUMNS if k in obj), None)
+        keys.update([dkey] if dkey else [])
+        take_row(out, row, text, terms, found | in_terms, obj[dkey] if dkey else None)
+    if keys:
+        _say_documents(out, "field " + " / ".join(repr(k) for k in sorted(keys)))
     out.errors.sort(key=lambda p: p.row or 0)
     return out

@@ -28,7 +28,10 @@ from functools import lru_cache
 #: Short forms longer than this are not abbreviations (the package accepts up to ten words).
 MAX_SHORT = 12
 #: A Chinese long form before a bracketed Latin short form: 慢性阻塞性肺疾病（COPD）
-_CJK_DEFINITION = re.compile(r"([\u3400-\u4dbf\u4e00-\u9fff]{2,30})\s*[(（]\s*([A-Za-z][A-Za-z0-9-]{1,11})\s*[)）]")
+#: (the run may hold digits and Latin letters: 1型糖尿病（DM1）, 急性非ST段抬高型心肌梗死（NSTEMI）; it ends in a Chinese
+#: character, so an English definition in a Chinese note is Schwartz–Hearst's)
+_CJK = "\u3400-\u4dbf\u4e00-\u9fff"
+_CJK_DEFINITION = re.compile(rf"([{_CJK}0-9A-Za-z\u2160-\u216b-]{{1,29}}[{_CJK}])\s*[(（]\s*([A-Za-z][A-Za-z0-9-]{{1,11}})\s*[)）]")
 #: Characters after which a Chinese long form starts when the vocabulary does not know it (诊断为…, 行…, 因…)
 _CJK_CUES = "为行因患有示于及和与并伴"
 _ASCII_WORD = "A-Za-z0-9_"
@@ -54,6 +57,8 @@ def defined_abbreviations(document: str, known: frozenset[str] | None = None) ->
         logging.disable(quiet)
     out = {s: " ".join(long.split()) for s, long in pairs.items() if 2 <= len(s) <= MAX_SHORT and len(long) > len(s)}
     for m in _CJK_DEFINITION.finditer(document):
+        if m.group(1) in out.values():  # Schwartz–Hearst found it already
+            continue
         long = _chinese_long_form(m.group(1), known)
         if long:
             out.setdefault(m.group(2), long)
@@ -69,18 +74,28 @@ def _chinese_long_form(run: str, known: frozenset[str] | None) -> str | None:
                 return run[i:]
     cut = max(run.rfind(c) for c in _CJK_CUES)
     tail = run[cut + 1:]
-    return tail if 2 <= len(tail) <= 16 else None
+    return tail if 2 <= len(tail) <= 20 and re.search(f"[{_CJK}]", tail) else None
 
 
 @lru_cache(maxsize=4096)
-def _patterns(document: str, known: frozenset[str] | None = None):
+def _patterns(document: str, known: frozenset[str] | None = None, chinese: bool | None = None):
     pairs = defined_abbreviations(document, known)
+    if chinese is not None:  # a Chinese vocabulary cannot match an English long form, nor the reverse
+        pairs = {a: b for a, b in pairs.items() if bool(re.search(f"[{_CJK}]", b)) == chinese}
     if not pairs:
         return None
     alt = "|".join(re.escape(s) for s in sorted(pairs, key=len, reverse=True))
     w = _ASCII_WORD  # 卵巢Ca, TTP复发: a short form ends where the Latin letters do
     return (pairs, re.compile(rf"\s*[(（]\s*({alt})\s*[)）]"),
             re.compile(rf"(?<![{w}-])({alt})(?![{w}])(\s+([{w}]+))?"))
+
+
+def _whole(mention: str, pairs: dict[str, str]) -> str | None:
+    """The short form the whole mention is, in any case ("paf" for the note's PAF), else None."""
+    key = mention.strip()
+    if key in pairs:
+        return key
+    return next((s for s in pairs if s.lower() == key.lower()), None)
 
 
 def _spell(m: re.Match, pairs: dict[str, str]) -> str:
@@ -93,29 +108,32 @@ def _spell(m: re.Match, pairs: dict[str, str]) -> str:
     return long + after
 
 
-def read_in_document(mention: str, document: str | None, known: frozenset[str] | None = None) -> str:
+def read_in_document(mention: str, document: str | None, known: frozenset[str] | None = None,
+                     chinese: bool | None = None) -> str:
     """``mention`` with the short forms ``document`` defines spelled out (the module docstring's rules);
-    ``mention`` itself when there are none. ``known``: as for :func:`defined_abbreviations`."""
-    found = _patterns(document, known) if document else None
+    ``mention`` itself when there are none. ``known``: as for :func:`defined_abbreviations`; ``chinese``: only
+    Chinese (True) or only other (False) long forms, for a vocabulary in that script (None: any)."""
+    found = _patterns(document, known, chinese) if document else None
     if found is None:
         return mention
     pairs, bracketed, token = found
-    key = mention.strip()
-    if key in pairs:
+    key = _whole(mention, pairs)
+    if key:
         return pairs[key]
     text = bracketed.sub("", mention)
     text = token.sub(lambda m: _spell(m, pairs), text)
     return " ".join(text.split()) if text != mention else mention
 
 
-def definitions_used(mention: str, document: str | None, known: frozenset[str] | None = None) -> list[tuple[str, str]]:
+def definitions_used(mention: str, document: str | None, known: frozenset[str] | None = None,
+                     chinese: bool | None = None) -> list[tuple[str, str]]:
     """The ``(short form, long form)`` pairs of ``document`` that :func:`read_in_document` applies to
     ``mention`` (what the coding page shows beside the reading)."""
-    found = _patterns(document, known) if document else None
+    found = _patterns(document, known, chinese) if document else None
     if found is None:
         return []
     pairs, _, token = found
-    key = mention.strip()
-    if key in pairs:
+    key = _whole(mention, pairs)
+    if key:
         return [(key, pairs[key])]
     return list(dict.fromkeys((m.group(1), pairs[m.group(1)]) for m in token.finditer(mention)))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from termnorm.context import read_in_document
+from termnorm.context import definitions_used, read_in_document
 from termnorm.text.normalize import Abbreviations, normalize
 
 #: The learned rewrite weight from which a mention's keyword and a term's count as the same.
@@ -57,7 +57,20 @@ def in_document(engine, mention: str, document: str | None) -> str:
     if not document:
         return mention
     known = surfaces(engine)
-    return mention if normalize(mention) in known else read_in_document(mention, document, known)
+    return mention if normalize(mention) in known else read_in_document(mention, document, known, chinese(engine))
+
+
+def definitions_in(engine, mention: str, document: str | None) -> list[tuple[str, str]]:
+    """The document's definitions :func:`in_document` applied to ``mention`` (the coding page shows them)."""
+    if not document or normalize(mention) in surfaces(engine):
+        return []
+    return definitions_used(mention, document, surfaces(engine), chinese(engine))
+
+
+def chinese(engine) -> bool | None:
+    """Whether the vocabulary is Chinese (only Chinese long forms are read), not (only others), or unknown."""
+    lang = getattr(engine.vocabulary, "language", None)
+    return True if lang == "zh" else False if lang == "en" else None
 
 
 def read_labelled(engine, mentions) -> list:

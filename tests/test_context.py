@@ -82,3 +82,31 @@ def test_ncbi_abbreviations_are_read_in_their_abstracts():
     # syndrome is a synonym of Osteochondrodysplasias), FED (fish-eye disease's)
     assert not any(a in ("SJS", "FED") for a, _ in changed)
     assert 50 <= sum(a.text != b.text for a, b in zip(dev, read)) <= 70  # of 787 (measured: 59)
+
+
+@pytest.mark.parametrize("note, mention, read", [
+    ("既往诊断为阵发性心房颤动（PAF），长期口服华法林。", "PAF", "阵发性心房颤动"),
+    ("既往诊断为阵发性心房颤动（PAF）。", "paf", "阵发性心房颤动"),  # the whole mention in another case
+    ("诊断：1型糖尿病（DM1）。", "DM1复查", "1型糖尿病复查"),  # digits inside the long form
+    ("患者因急性非ST段抬高型心肌梗死（NSTEMI）入院。", "NSTEMI", "急性非ST段抬高型心肌梗死"),
+    ("Atrial fibrillation (AF) 病史3年。", "AF", "AF"),  # an English long form: a Chinese vocabulary cannot use it
+])
+def test_chinese_notes_define_latin_short_forms(note, mention, read):
+    v = Vocabulary(language="zh")
+    for name in ("阵发性心房颤动", "1型糖尿病", "急性非ST段抬高型心肌梗死", "心房颤动"):
+        v.add_term(name)
+    eng = Engine(v, history=[], keyword_dir=None)
+    assert reading.in_document(eng, mention, note) == read
+    assert reading.definitions_in(eng, mention, note) == ([] if read == mention else [(mention.upper(), read)]
+                                                          if mention != "DM1复查" else [("DM1", "1型糖尿病")])
+
+
+def test_the_coding_page_shows_the_note_around_its_definition():
+    from app_pages._markup import document_html
+
+    note = "x" * 5000 + "既往阵发性心房颤动（PAF）。" + "y" * 3000
+    shown = document_html(note, ["PAF", "阵发性心房颤动"], focus="阵发性心房颤动")
+    assert "… 4,002 characters before" in shown and "<mark>阵发性心房颤动</mark>（<mark>PAF</mark>）" in shown
+    assert "more characters" in shown
+    # a Latin mark only as a whole word (AF is not marked inside PAF); text is escaped
+    assert document_html("AF 与 PAF <b>", ["AF"]).count("<mark>") == 1 and "&lt;b&gt;" in document_html("<b>", [])

@@ -129,6 +129,7 @@ def test_the_document_of_each_mention_is_imported_with_it(db, tmp_path):
     rep = S.import_mentions(s, path, "notes", vid)
     assert rep.errors == [] and rep.n_ok == 3 and adds_up(rep)
     assert [(n.row, n.problem) for n in rep.notices] == [  # line 5: the note above spans lines 2-3
+        (None, "documents read from column '病历': 1 of 3 imported rows have one"),
         (5, f"document longer than {dbio.MAX_DOCUMENT_CHARS:,} characters (100,001): imported without it")]
     ms = S.mentions(s, rep.batch_id)
     docs = S.mention_documents(s, [m["id"] for m in ms])
@@ -148,9 +149,17 @@ def test_the_document_of_each_mention_is_imported_with_it(db, tmp_path):
                     + json.dumps({"text": "WAS", "document": ["not", "text"]}) + "\n", encoding="utf-8")
     rep = S.import_mentions(s, path, "notes jsonl", vid)
     assert rep.n_ok == 2 and [(n.row, n.problem) for n in rep.notices] == [
+        (None, "documents read from field 'context' / 'document': 1 of 2 imported rows have one"),
         (2, "document is not text (list): imported without it")]
     ms = S.mentions(s, rep.batch_id)
     assert S.mention_documents(s, [m["id"] for m in ms]) == {ms[0]["id"]: "Fish-eye disease (FED)."}
+
+    # a note over the csv module's 128 KiB cell limit: the row comes in (without it), the file is not refused
+    path = tmp_path / "huge.csv"
+    path.write_text("mention,note\n阑尾切除," + "很" * 150_000 + "\n胆囊切除,\n", encoding="utf-8")
+    rep = S.import_mentions(s, path, "huge", vid)
+    assert rep.n_ok == 2 and rep.errors == []
+    assert rep.notices[1].row == 2 and "(150,000): imported without it" in rep.notices[1].problem
 
 
 def test_chip_cdn_json_with_bad_items(db, tmp_path):

@@ -55,6 +55,12 @@ def test_a_precoded_file_becomes_a_batch_with_its_own_suggestions(db, precoded_f
     edited = tmp_path / "precoded.csv"
     out.to_csv(edited, index=False)
     assert precoded.is_precoded(edited) and not precoded.is_precoded(REPO / "assets" / "demo" / "mentions.csv")
+    # JSON lines have no header: a plain mention file (mention + document, as the Import page takes) is not one
+    plain = tmp_path / "notes.jsonl"
+    plain.write_text(json.dumps({"mention": "PCI术后", "document": "经皮冠状动脉介入治疗（PCI）"}) + "\n", encoding="utf-8")
+    as_jsonl = tmp_path / "precoded.jsonl"
+    as_jsonl.write_text(json.dumps({c: out.iloc[0][c] for c in out.columns}, ensure_ascii=False) + "\n", encoding="utf-8")
+    assert not precoded.is_precoded(plain) and precoded.is_precoded(as_jsonl)
 
     report = precoded.import_precoded(s, edited, "history 2025", vid, shown_name="precoded.csv")
     assert report.batch_id is not None and report.n_mentions == len(texts)
