@@ -80,7 +80,8 @@ def _import_precoded(up, name: str):
 
 
 st.subheader(f"Import mentions into {vocab_name}")
-st.file_uploader("CSV, XLSX or CHIP-CDN JSON (a `mention`/`text`/`原始词` column; optional gold `terms`), or a "
+st.file_uploader("CSV, XLSX or CHIP-CDN JSON (a `mention`/`text`/`原始词` column; optional gold `terms`; optional "
+                 "`document`/`note`/`病历`: the note each mention came from, whose abbreviations are read), or a "
                  "pre-coded file from `termnorm normalize --output` (CSV, TSV, XLSX, JSONL, Parquet: imported with "
                  "its suggestions, one mention per distinct text)",
                  type=["csv", "xlsx", "json", "txt", "tsv", "jsonl", "parquet"], key="upload")

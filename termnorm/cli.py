@@ -102,6 +102,16 @@ def build_engine(args, progress=True):
     return eng
 
 
+def _read_document(path: str) -> str:
+    """The note given with --document (UTF-8 text; '-' reads standard input)."""
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise SystemExit(f"--document {path}: cannot read it as UTF-8 text ({e})")
+
+
 def cmd_normalize(args) -> int:
     if args.input or args.output:
         return _normalize_file(args)
@@ -109,12 +119,13 @@ def cmd_normalize(args) -> int:
         print("give mentions to normalize, or --input FILE --output FILE", file=sys.stderr)
         return 2
     eng = build_engine(args, progress=False)
+    document = _read_document(args.document) if args.document else ""
     for text in args.text:
-        sug = eng.suggest(text, k=args.k or 10)
+        sug = eng.suggest_batch([text], k=args.k or 10, documents=[document])[0]
         if args.json:
             print(json.dumps(_suggestion_json(sug), ensure_ascii=False, indent=1))
             continue
-        print(f"mention: {text}")
+        print(f"mention: {text}" + (f"   (read as: {sug.spelled_out})" if sug.spelled_out else ""))
         if sug.keywords:
             print("keywords: " + "  ".join(f"{k.text}[{k.kind}]" for k in sug.keywords))
         print(f"predicted count: {sug.predicted_count}   confidence: {sug.confidence:.3f}   model: {sug.model_version}")
@@ -360,6 +371,8 @@ def main(argv=None) -> int:
     p.add_argument("text", nargs="*")
     p.add_argument("--k", type=int, default=None, help="candidates per mention (default 10; 5 in a batch file)")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--document", metavar="FILE", help="the note the mentions come from (UTF-8 text; '-' for standard "
+                   "input): the abbreviations it defines are read, 阵发性心房颤动（PAF） makes PAF 阵发性心房颤动")
     b = p.add_argument_group("batch pre-coding of a file (streamed, distinct strings coded once, resumable)")
     b.add_argument("--input", help="mentions to pre-code: .csv .tsv .txt .jsonl .xlsx .parquet (the column named "
                                    "'mention', else --column, else the first)")

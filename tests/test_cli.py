@@ -47,6 +47,19 @@ def test_normalize_on_the_demo_data():
     assert j["chosen"] and all(c["codes"] for c in j["candidates"])
 
 
+def test_normalize_reads_the_mention_in_its_note(tmp_path):
+    note = tmp_path / "note.txt"
+    note.write_text("入院记录：今日行腹腔镜下阑尾切除术（LAX），术后恢复好。\n", encoding="utf-8")
+    plain = json.loads(run("normalize", "LAX", "--json").stdout)
+    read = json.loads(run("normalize", "LAX", "--json", "--document", str(note)).stdout)
+    assert plain["spelled_out"] == "" and plain["chosen"] != ["腹腔镜下阑尾切除术"]
+    assert read["mention"] == "LAX" and read["spelled_out"] == "腹腔镜下阑尾切除术"
+    assert read["chosen"] == ["腹腔镜下阑尾切除术"]
+    assert "(read as: 腹腔镜下阑尾切除术)" in run("normalize", "LAX", "--document", str(note)).stdout
+    bad = run("normalize", "LAX", "--document", str(tmp_path / "missing.txt"), check=False)
+    assert bad.returncode != 0 and "--document" in bad.stderr and "missing.txt" in bad.stderr
+
+
 def test_evaluate_recall_and_full_write_every_metric(demo_split, tmp_path):
     d, n_test = demo_split
     common = ["--vocab", str(DEMO / "procedures.csv"), "--train", str(d / "train.csv"), "--test", str(d / "test.csv")]
