@@ -48,8 +48,8 @@ Rows that change what the candidates carry refit those per outer fold too
 - ``no_termclf``     without the per-term text classifier;
 - ``with_termclf``   with it, for a set whose setting leaves it out (how NCBI's was decided);
 - ``no_split``       multi-part mentions not split (``Engine(split=False)``);
-- ``no_category``    without the hierarchy scores (termnorm.rank.hierarchy: the best history score among
-                     the other candidates of the candidate's code category);
+- ``category``       with the hierarchy scores (termnorm.rank.hierarchy: the best history score among the
+                     other candidates of the candidate's code category; off by default, measured);
 - ``no_documents``   mentions read without their documents (a PubTator set's abstracts: the abbreviations
                      they define are not spelled out, termnorm.context);
 - ``coded_key``      history recall by coded key too (``--history-extras key``:
@@ -105,7 +105,7 @@ ROWS = {
     "with_termclf": dict(term_classifier=True),
     "no_split": dict(split=False),
     "no_documents": dict(documents=False),
-    "no_category": dict(category_features=False),
+    "category": dict(category_features=True),
     "dense": dict(dense="dense"),
     "dense_crossfit": dict(dense="crossfit"),
     "bag_3": dict(bag=3),
@@ -196,7 +196,7 @@ def run_fold(name: str, data: str, k: int, seed: int, rows: tuple[str, ...] = DE
                      split=dict(data_kw).get("split", True),
                      history_extras=dict(data_kw).get("history_extras", ()),
                      dense=_load_dense(dense[dict(data_kw)["dense"]], k) if dict(data_kw).get("dense") else None)
-        eng.category_features = dict(data_kw).get("category_features", True)
+        eng.category_features = dict(data_kw).get("category_features", False)
         splits = eng.ranker_training_data(g_train, seed=seed,
                                           **{o: v for o, v in data_kw if o not in BUILD_OPTIONS})
         if "candidates_seconds" not in out:

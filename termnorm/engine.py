@@ -204,8 +204,8 @@ class Engine:
             self.prior.annotate(list(mentions), cand_lists, [self._n_parts(m) for m in mentions])
 
     def _category_scores(self, cand_lists) -> None:
-        """Scores "category1/2" (termnorm.rank.hierarchy) unless switched off (``category_features``)."""
-        if getattr(self, "category_features", True):
+        """Scores "category1/2" (termnorm.rank.hierarchy) when switched on (``category_features``; off: measured)."""
+        if getattr(self, "category_features", False):
             hierarchy.annotate(self.vocabulary, cand_lists, self.__dict__.setdefault("_categories", {}))
 
     def _kar_scores(self, mentions, cand_lists) -> None:

@@ -32,10 +32,10 @@ def test_a_never_coded_candidate_gets_the_history_of_its_coded_siblings():
     assert got == [(0.0, 0.4), (0.9, 0.9), (0.0, 0.9), (0.0, 0.0)]
 
 
-def test_the_engine_scores_categories_and_can_switch_them_off():
+def test_the_engine_scores_categories_only_when_switched_on():
     eng = Engine(vocab(), history=[LabelledMention("甲状腺部分切除", ["甲状腺部分切除术"])], keyword_dir=None)
+    assert not any("category1" in c.scores for c in eng.recall_batch(["甲状腺肿物切除"])[0])  # off: measured
+    eng.category_features = True
     cands = eng.recall_batch(["甲状腺肿物切除"])[0]
     by = {c.term: c.scores for c in cands}
     assert by["甲状腺病损切除术"].get("category1", 0) > 0 and "category1" not in by.get("胆囊切除术", {})
-    eng.category_features = False
-    assert not any("category1" in c.scores for c in eng.recall_batch(["甲状腺肿物切除"])[0])

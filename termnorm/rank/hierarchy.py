@@ -4,9 +4,14 @@ A term no coder has used yet has no history score of its own, however close the 
 are; but its siblings often do (甲状腺部分切除术 coded a hundred times, 甲状腺病损切除术 never: both 06.3 in
 ICD-9-CM-3; C50 乳腺 for ICD-10). For every candidate, score ``category1`` is the best history score (of the
 history recallers, :data:`HISTORY_KEYS`) among the *other* candidates of the mention that share its nearest
-category (the code's parent: 06.3, C50.4), ``category2`` the same one level up (06, C50). The ranker learns
-how far to trust a never-coded candidate whose category the neighbours vouch for
-(``benchmarks/cv.py``, row ``no_category``).
+category (the code's parent: 06.3, C50.4), ``category2`` the same one level up (06, C50). The ranker could
+learn how far to trust a never-coded candidate whose category the neighbours vouch for.
+
+Off by default (``Engine.category_features``): cross-validated it did not help. Measured with it on by
+default (Yidu-N7K at commit 31e03bc, CHIP-CDN at 9eb6056; ``benchmarks/results/cv_yidu_category.json``,
+``cv_cdn_category.json``): Yidu-N7K 0.8794 with, 0.8800 without (p = 0.79); CHIP-CDN exact-set 0.3913 with,
+0.3961 without (p = 0.11), micro-F1 0.6984 against 0.6996. ``benchmarks/cv.py --rows shipped,category``
+measures it again.
 """
 
 from __future__ import annotations
