@@ -73,9 +73,9 @@ class EngineHolder:
         this vocabulary waits for one small group, never for a whole list. Many mentions belong in a
         background job (db.suggest_jobs), which builds its own engine."""
         sugs: list[Suggestion] = []
+        docs = services.mention_documents(s, mention_ids)  # the texts they were found in (their abbreviations)
         for at in range(0, len(mention_ids), PREPARE_AHEAD):
             ids, group = mention_ids[at:at + PREPARE_AHEAD], texts[at:at + PREPARE_AHEAD]
-            docs = services.mention_documents(s, ids)  # the texts they were found in (their abbreviations)
             with self.lock:
                 rev = self.revision
                 got = self.engine.suggest_batch(group, documents=[docs.get(i, "") for i in ids])

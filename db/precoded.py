@@ -33,16 +33,8 @@ STORE_CHUNK = 2000  # suggestions per insert (one transaction for the whole impo
 
 
 def is_precoded(path) -> bool:
-    """Whether the file's header (a JSON lines file: its first object) has the columns ``termnorm normalize
-    --output`` writes."""
-    if str(path).lower().endswith(".jsonl"):  # JSON lines have no header: read_rows takes any field as absent
-        try:
-            with open(path, encoding="utf-8-sig") as f:
-                first = next((ln for ln in f if ln.strip()), "")
-            obj = json.loads(first) if first else None
-        except (OSError, ValueError):
-            return False
-        return isinstance(obj, dict) and all(c in obj for c in ("mention", *PRECODED_COLUMNS))
+    """Whether the file's header (JSON lines: its first object) has the columns ``termnorm normalize --output``
+    writes."""
     try:
         next(read_rows(path, "mention", list(PRECODED_COLUMNS)), None)
     except Exception:

@@ -126,6 +126,7 @@ def _read_delimited(path, fmt, column, keep, header):
 
 
 def _read_jsonl(path, fmt, column, keep, header):
+    checked = False  # the fields asked for exist in the first object (a CSV's header says so before any row)
     with open(path, encoding="utf-8-sig", errors="surrogateescape") as f:
         for line_no, line in enumerate(f, 1):
             if not line.strip():
@@ -140,6 +141,12 @@ def _read_jsonl(path, fmt, column, keep, header):
             if not isinstance(obj, dict) or not obj:
                 yield InputRow(line_no, problem="is neither an object nor a string")
                 continue
+            if not checked:
+                checked = True
+                absent = [k for k in keep if k not in obj]
+                if absent:
+                    raise DataFormatError(path, line_no, f"no field {', '.join(map(repr, absent))}; the first object "
+                                                         f"has {', '.join(map(repr, obj))}")
             name = column or ("mention" if "mention" in obj else next(iter(obj)))
             if name not in obj:
                 yield InputRow(line_no, problem=f"has no field {name!r}")

@@ -38,14 +38,8 @@ _ASCII_WORD = "A-Za-z0-9_"
 
 
 @lru_cache(maxsize=4096)
-def defined_abbreviations(document: str, known: frozenset[str] | None = None) -> dict[str, str]:
-    """``{short form: long form}`` defined in ``document``: Schwartz–Hearst for Latin long forms ("fish-eye
-    disease (FED)" -> FED: fish-eye disease; the most frequent definition of a short form defined twice), and
-    a Chinese long form before a bracketed Latin short form (经皮冠状动脉介入治疗（PCI） -> PCI). Where the
-    Chinese long form starts is not marked: the longest end of the Chinese run that is in ``known`` (the
-    vocabulary's names and synonyms, normalized), else what follows the last of :data:`_CJK_CUES`."""
-    if not document or not any(b in document for b in "(（"):
-        return {}
+def _latin_definitions(document: str) -> dict[str, str]:
+    """Schwartz–Hearst's pairs of ``document`` (the costly part, cached per document)."""
     from abbreviations import schwartz_hearst
 
     quiet = logging.getLogger().manager.disable
@@ -55,7 +49,20 @@ def defined_abbreviations(document: str, known: frozenset[str] | None = None) ->
             doc_text=document.replace("（", "(").replace("）", ")"), most_common_definition=True)
     finally:
         logging.disable(quiet)
-    out = {s: " ".join(long.split()) for s, long in pairs.items() if 2 <= len(s) <= MAX_SHORT and len(long) > len(s)}
+    return {s: " ".join(long.split()) for s, long in pairs.items() if 2 <= len(s) <= MAX_SHORT and len(long) > len(s)}
+
+
+def defined_abbreviations(document: str, known: frozenset[str] | None = None) -> dict[str, str]:
+    """``{short form: long form}`` defined in ``document``: Schwartz–Hearst for Latin long forms ("fish-eye
+    disease (FED)" -> FED: fish-eye disease; the most frequent definition of a short form defined twice), and
+    a Chinese long form before a bracketed Latin short form (经皮冠状动脉介入治疗（PCI） -> PCI). Where the
+    Chinese long form starts is not marked: the longest end of the Chinese run that is in ``known`` (the
+    vocabulary's names and synonyms, normalized), else what follows the last of :data:`_CJK_CUES`. Only the
+    Schwartz–Hearst part is cached (per document): a cache keyed by ``known`` would keep every vocabulary's
+    set alive."""
+    if not document or not any(b in document for b in "(（"):
+        return {}
+    out = dict(_latin_definitions(document))
     for m in _CJK_DEFINITION.finditer(document):
         if m.group(1) in out.values():  # Schwartz–Hearst found it already
             continue
@@ -77,7 +84,6 @@ def _chinese_long_form(run: str, known: frozenset[str] | None) -> str | None:
     return tail if 2 <= len(tail) <= 20 and re.search(f"[{_CJK}]", tail) else None
 
 
-@lru_cache(maxsize=4096)
 def _patterns(document: str, known: frozenset[str] | None = None, chinese: bool | None = None):
     pairs = defined_abbreviations(document, known)
     if chinese is not None:  # a Chinese vocabulary cannot match an English long form, nor the reverse

@@ -298,8 +298,9 @@ class Engine:
         fitting.fit_surface(self, mentions, cand_lists, golds, enabled, progress, keywords)
 
     def fit_term_classifier(self, train: list[LabelledMention], enabled: bool = True) -> None:
-        """Fit the per-term text classifier used at inference on every training mention (the K-fold
-        candidates got theirs from the other folds); ``enabled=False`` drops it."""
+        """Fit the per-term text classifier used at inference on every training mention, as read in its document
+        (termnorm.reading.read_labelled; the K-fold candidates got theirs from the other folds); ``enabled=False``
+        drops it."""
         fitting.fit_term_classifier(self, train, enabled)
 
     def with_history(self, history: list[LabelledMention]) -> "Engine":
@@ -471,6 +472,7 @@ class Engine:
                 s.add_coded_mention(synonym, [term])
             if getattr(self, "_search", None) is not None:
                 self._search.add_synonym(term, synonym)
+            self.__dict__.pop("_surface_set", None)  # termnorm.reading.surfaces: rebuilt with the new synonym
         self._sieve.setdefault(normalize(synonym), [term])
 
     # ---- persistence ------------------------------------------------------------

@@ -102,6 +102,12 @@ def test_bad_rows_are_reported_with_their_row_numbers_and_skipped(tmp_path):
     assert list(pd.read_csv(tmp_path / "out2.csv")["row"]) == [1, 3]
     bad = list(csv.DictReader(open(tmp_path / "out2.csv.bad_rows.csv", encoding="utf-8")))
     assert bad[0]["row"] == "2" and bad[0]["problem"].startswith("is not JSON")
+    # a field asked to be kept must be in the first object, as a CSV column must be in the header
+    from termnorm.batch_io import read_rows
+    from termnorm.errors import DataFormatError
+
+    with pytest.raises(DataFormatError, match="no field 'id'"):
+        next(read_rows(jl, keep=["id"]))
 
 
 def test_every_format_in_and_out(tmp_path):

@@ -110,3 +110,10 @@ def test_the_coding_page_shows_the_note_around_its_definition():
     assert "more characters" in shown
     # a Latin mark only as a whole word (AF is not marked inside PAF); text is escaped
     assert document_html("AF 与 PAF <b>", ["AF"]).count("<mark>") == 1 and "&lt;b&gt;" in document_html("<b>", [])
+
+
+def test_a_taught_synonym_is_read_as_written():
+    eng = _tiny_engine()
+    assert reading.in_document(eng, "FED", DOC) == "Fish-eye disease"
+    eng.add_synonym("Fish-eye disease", "FED")  # a coder teaches FED: from now on it is the vocabulary's
+    assert reading.in_document(eng, "FED", DOC) == "FED"
