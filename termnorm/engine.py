@@ -298,9 +298,8 @@ class Engine:
         fitting.fit_surface(self, mentions, cand_lists, golds, enabled, progress, keywords)
 
     def fit_term_classifier(self, train: list[LabelledMention], enabled: bool = True) -> None:
-        """Fit the per-term text classifier used at inference on every training mention, as read in its document
-        (termnorm.reading.read_labelled; the K-fold candidates got theirs from the other folds); ``enabled=False``
-        drops it."""
+        """Fit the per-term text classifier used at inference on every training mention (the K-fold
+        candidates got theirs from the other folds); ``enabled=False`` drops it."""
         fitting.fit_term_classifier(self, train, enabled)
 
     def with_history(self, history: list[LabelledMention]) -> "Engine":

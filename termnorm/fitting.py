@@ -53,7 +53,7 @@ def fit_lexical(engine: Engine, train: list[LabelledMention], folds: int = 4, pr
         raise ValueError(f"bag must be at least 1, not {bag}")
     if gbm.ensemble is not None and gbm.ensemble < 1:
         raise ValueError(f"ensemble must be at least 1, not {gbm.ensemble}")
-    train = [m for m in train if m.terms]  # read in their documents by ranker_training_data
+    train = reading.read_labelled(engine, [m for m in train if m.terms])
     splits = engine.ranker_training_data(train, folds=folds, seed=seed, bag=bag, with_history=with_history,
                                          surface_diff=surface_diff, keyword_features=gbm.keyword_features,
                                          term_classifier=term_classifier, progress=progress)
@@ -153,7 +153,7 @@ def fit_term_classifier(engine: Engine, train: list[LabelledMention], enabled: b
         engine.term_classifier = None
         return
     t0 = time.perf_counter()
-    clf = TermClassifier(engine.vocabulary).fit(train)  # callers pass them read (termnorm.reading)
+    clf = TermClassifier(engine.vocabulary).fit(reading.read_labelled(engine, train))
     engine.term_classifier = clf if clf.fitted else None
     engine.meta["term_classifier_seconds"] = round(time.perf_counter() - t0, 2)
 

@@ -33,7 +33,6 @@ from pathlib import Path
 
 import numpy as np
 
-from termnorm import reading
 from termnorm.records import LabelledMention
 from termnorm.text.normalize import normalize
 
@@ -178,7 +177,7 @@ def fit_with_pairs(engine, train: list[LabelledMention], confirmed_negatives: di
 
     say = progress or (lambda f, m: None)
     confirmed_negatives = confirmed_negatives or {}
-    pos = reading.read_labelled(engine, [m for m in train if m.terms])  # as the engine reads its history
+    pos = [m for m in train if m.terms]
     known = {normalize(m.text) for m in pos}
     reject_only = [LabelledMention(t, []) for t in confirmed_negatives if normalize(t) not in known]
     items = pos + reject_only
