@@ -101,8 +101,15 @@ def read_mentions_report(source, name: str | None = None) -> MentionsRead:
         if kind == "xls":
             return _failed(fname, "legacy .xls workbook is not supported: save it as .xlsx or CSV")
         if kind == "xlsx":
-            rows, header_problem = _xlsx_rows(data)
-            return _from_table(fname, rows, header_problem)
+            rows, header_problem, formulas = _xlsx_rows(data)
+            out = _from_table(fname, rows, header_problem)
+            if formulas:
+                shown = ", ".join(f"row {r} column {c}" for r, c in formulas[:10])
+                more = f" and {len(formulas) - 10} more" if len(formulas) > 10 else ""
+                out.notices.append(ImportProblem(fname, formulas[0][0], (
+                    f"{len(formulas)} cell(s) hold a formula without a saved value (text typed starting with '=' "
+                    f"is stored as one); their text was imported as written: {shown}{more}")))
+            return out
         if kind == "json":
             return _from_json(fname, data)
         rows, nul_rows = _csv_rows(data)
@@ -246,25 +253,44 @@ def _one_row(cells: list[str], continuation, col: int, tcol: int | None, width: 
 
 
 def _xlsx_rows(data: bytes):
+    """(rows, header problem, formula cells): the rows of the first sheet with a mention column (else the first
+    sheet). A cell holding a formula without a saved value (a note typed "=== 出院小结" that a tool stored as a
+    formula) reads as None in the saved values: its formula text is kept instead, and (row, column) listed."""
     import openpyxl
 
     try:
         wb = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
     except (zipfile.BadZipFile, KeyError, OSError, ValueError) as e:
-        return [], f"not a readable XLSX workbook ({type(e).__name__}: {e})"
+        return [], f"not a readable XLSX workbook ({type(e).__name__}: {e})", []
     try:
-        first_rows = None
-        for ws in wb.worksheets:
+        first = None
+        for i, ws in enumerate(wb.worksheets):
             ws.reset_dimensions()  # some writers store wrong dimensions; read every row
-            rows = [(i, [cell_text(v) for v in r]) for i, r in enumerate(ws.iter_rows(values_only=True), start=1)]
-            header = next((c for _, c in rows if any(c)), [])
+            rows = [(n, list(r)) for n, r in enumerate(ws.iter_rows(values_only=True), start=1)]
+            header = next((c for _, c in ((n, [cell_text(v) for v in r]) for n, r in rows) if any(c)), [])
             if find_column(header, MENTION_COLUMNS) is not None:
-                return rows, None
-            if first_rows is None:
-                first_rows = rows
-        return first_rows or [], None
+                first = (i, rows)
+                break
+            first = first or (i, rows)
     finally:
         wb.close()
+    if first is None:
+        return [], None, []
+    sheet, rows = first
+    formulas = []
+    if any(v is None for _, r in rows for v in r):  # only then is the sheet read again, formulas as written
+        raw = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=False)
+        try:
+            ws = raw.worksheets[sheet]
+            ws.reset_dimensions()
+            for (n, r), written in zip(rows, ws.iter_rows(values_only=True)):
+                for j, (v, w) in enumerate(zip(r, written)):
+                    if v is None and isinstance(w, str) and w.startswith("="):
+                        r[j] = w
+                        formulas.append((n, j + 1))
+        finally:
+            raw.close()
+    return [(n, [cell_text(v) for v in r]) for n, r in rows], None, formulas
 
 
 def _from_table(fname, rows, header_problem, nul_rows: Collection[int] = ()) -> MentionsRead:

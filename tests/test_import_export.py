@@ -116,6 +116,25 @@ def test_xlsx_with_good_and_bad_rows(db, tmp_path):
         ("双侧甲状腺全切术", ["甲状腺全部切除术"], 2), ("12345", [], 5)]
 
 
+def test_an_xlsx_cell_stored_as_a_formula_keeps_its_text_and_is_named(db, tmp_path):
+    """Text typed starting with "=" is stored by spreadsheet writers as a formula without a saved value, which
+    reads as an empty cell: the note came in silently empty. Its text is kept and the cell named."""
+    s, vid = db
+    wb = openpyxl.Workbook()
+    wb.active.append(["原始词", "病历"])
+    wb.active.append(["甲状腺肿物切除", "=== 出院小结 === 甲状腺肿物"])  # openpyxl writes these as formulas
+    wb.active.append(["=胆囊切除术", None])
+    wb.active.append(["阑尾切除", "阑尾炎"])
+    wb.save(tmp_path / "formulas.xlsx")
+    rep = S.import_mentions(s, tmp_path / "formulas.xlsx", "formulas", vid)
+    assert rep.errors == [] and rep.n_ok == 3 and adds_up(rep)
+    assert (2, "2 cell(s) hold a formula without a saved value (text typed starting with '=' is stored as one); "
+               "their text was imported as written: row 2 column 2, row 3 column 1") in [(n.row, n.problem) for n in rep.notices]
+    ms = S.mentions(s, rep.batch_id)
+    assert [m["text"] for m in ms] == ["甲状腺肿物切除", "=胆囊切除术", "阑尾切除"]
+    assert S.mention_documents(s, [m["id"] for m in ms])[ms[0]["id"]] == "=== 出院小结 === 甲状腺肿物"
+
+
 def test_the_document_of_each_mention_is_imported_with_it(db, tmp_path):
     """A column (CSV / XLSX) or field (JSON) holding the note a mention came from: stored with the mention,
     read by the engine; a document that cannot be used is a notice and the row comes in without it."""
