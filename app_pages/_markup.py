@@ -58,6 +58,8 @@ table.tn-cands tr.tn-pick td:first-child{border-left:4px solid #16a34a}
 .tn-part{display:inline-block;background:#f3f4f6;border-radius:4px;padding:0 5px;margin:1px 2px;
   font-size:.78rem;color:#374151}
 .tn-miss{color:#9ca3af;font-size:.78rem}
+.tn-why{color:#6b7280;font-size:.76rem;margin-top:.1rem}
+.tn-new{color:#92400e;background:#fef3c7;border-radius:3px;padding:0 .25rem}
 .tn-keys{font-size:.8rem;color:#6b7280}
 .st-key-_on_screen{display:none}
 .tn-keys kbd{border:1px solid #d1d5db;border-bottom-width:2px;border-radius:4px;padding:0 4px;font-size:.8rem;background:#fff}
@@ -185,8 +187,9 @@ def code_cell(codes: list[str]) -> str:
 
 
 def candidate_table_html(cands: list[Candidate], mention_spans: list[KeywordSpan], chosen: list[str],
-                         tag, start: int = 1, same=None) -> str:
-    """The ranked candidates as one HTML table: rank, code, highlighted term, fused score and its parts."""
+                         tag, start: int = 1, same=None, why: list[list[str]] | None = None) -> str:
+    """The ranked candidates as one HTML table: rank, code, highlighted term, fused score and its parts; under
+    each term, when ``why`` is given, the evidence for it (termnorm.explain: a never-coded term's is marked)."""
     if not cands:
         return '<div class="tn-legend">No candidate.</div>'
     top = max((c.score for c in cands), default=1.0) or 1.0
@@ -199,6 +202,10 @@ def candidate_table_html(cands: list[Candidate], mention_spans: list[KeywordSpan
         miss = missing_keywords(mention_spans, spans, same)
         if miss:
             term += ' <span class="tn-miss">lacks ' + ", ".join(esc(s.text) for s in miss) + "</span>"
+        if why:
+            term += '<div class="tn-why">' + " · ".join(
+                f'<span class="tn-new">{esc(w)}</span>' if w == "never coded" else esc(w)
+                for w in why[r - start]) + "</div>"
         parts = "".join(f'<span class="tn-part">{esc(k)} {v:.2f}</span>'
                         for k, v in sorted(c.scores.items()) if k not in NOT_RECALL_SCORES)
         ranker = (f'<td>{c.scores["ranker"]:.2f}</td>' if "ranker" in c.scores else "<td>–</td>") if ranked else ""

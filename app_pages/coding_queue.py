@@ -18,7 +18,7 @@ import streamlit.components.v1 as components
 
 from db import auth, learning, review, services
 from app_pages import _markup, _ui
-from termnorm import reading, settings
+from termnorm import explain, reading, settings
 
 SHOWN = _ui.SHOWN
 PREPARE_AHEAD = _ui.PREPARE_AHEAD
@@ -273,11 +273,12 @@ _ui.markup(f'<div style="margin:.6rem 0"><span class="tn-badge tn-grey">needs {c
 same = holder.engine.same_keyword  # a keyword is marked missing / different only where coders would not write it so
 # the marks compare the terms with the mention as the engine read it (卵巢Ca术后: 恶性肿瘤, not Ca)
 read_kw = holder.tag(spelled) if spelled != text else sug.keywords
-_ui.markup(_ui.candidate_table_html(sug.candidates[:SHOWN], read_kw, sug.chosen, holder.tag, same=same))
+why = explain.evidence(holder.engine, spelled, sug.candidates, read_kw)  # what each candidate rests on
+_ui.markup(_ui.candidate_table_html(sug.candidates[:SHOWN], read_kw, sug.chosen, holder.tag, same=same, why=why))
 if len(sug.candidates) > SHOWN:
     with st.expander(f"{len(sug.candidates) - SHOWN} more candidates"):
         _ui.markup(_ui.candidate_table_html(sug.candidates[SHOWN:], read_kw, sug.chosen, holder.tag,
-                                            start=SHOWN + 1, same=same))
+                                            start=SHOWN + 1, same=same, why=why[SHOWN:]))
 
 # ---------------------------------------------------------------- the terms to save, with the code each exports
 vocab = holder.engine.vocabulary

@@ -121,6 +121,7 @@ class Engine:
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_search"] = None  # its index is rebuilt from the vocabulary in well under a second
+        state.pop("_evidence_counts", None)  # termnorm.explain: recounted from the history on first use
         return state
 
     # ---- construction ---------------------------------------------------

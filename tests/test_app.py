@@ -419,6 +419,40 @@ def test_a_mention_is_read_in_the_note_it_came_from(db_url):
     assert not [m for m in at.markdown if "tn-spelled-out" in m.value or "tn-document" in m.value]
 
 
+def _evidence_of(at, term: str) -> str:
+    """The evidence line under ``term`` in the page's candidate table."""
+    import re
+
+    table = next(m.value for m in at.markdown if "tn-cands" in m.value)
+    for row in re.findall(r"<tr[^>]*>(.*?)</tr>", table)[1:]:
+        cell = re.findall(r"<td[^>]*>(.*?)</td>", row)[2]  # rank, code, term (+ marks, + evidence)
+        name, _, why = cell.partition('<div class="tn-why">')
+        if re.sub(r"<[^>]+>", "", name).split(" lacks ")[0].strip() == term:
+            return re.sub(r"<[^>]+>", "", why)
+    raise AssertionError(f"{term} is not in the candidate table")
+
+
+def test_each_candidate_says_what_it_rests_on_and_a_decision_changes_it_at_once(db_url):
+    """A never-coded candidate's evidence is the vocabulary's (what its name shares with the mention); once a
+    coder picks it, the next mention's table says it was coded, and from which mention."""
+    start()
+    text = "甲状腺肿物切除"
+    bid = add_batch(db_url, [text, text + "术"], name="evidence")
+    at = start(batch=bid)
+    first = current_id(at)
+    sug = suggestion(db_url, first)
+    other = next(c.term for c in sug.candidates if c.term not in sug.chosen and "甲状腺" in c.term)
+    before = _evidence_of(at, other)
+    assert before.startswith("never coded") and "甲状腺" in before.split("shares ")[1], before
+    assert 'class="tn-new">never coded' in next(m.value for m in at.markdown if "tn-cands" in m.value)
+    box(at, first).set_value([other])
+    at.button(key=f"save_{first}").click()
+    rerun(at)
+    assert current_id(at) != first
+    after = _evidence_of(at, other)
+    assert after.startswith(f"coded 1× · like “{text}”"), after
+
+
 def test_correction_changes_the_suggestion_for_the_same_mention(db_url):
     start()
     text = "甲状腺肿物切除"
