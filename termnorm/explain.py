@@ -38,6 +38,7 @@ class _Counts:
     """Coded mentions per term and per category, and each term's coded texts, kept in step with the history."""
 
     def __init__(self):
+        self.engine_id = None
         self.seen = 0
         self.history_id = None
         self.uses: Counter = Counter()
@@ -53,8 +54,8 @@ class _Counts:
     def _update(self, engine) -> None:
         history = engine.history
         if id(history) != self.history_id or len(history) < self.seen:  # a new history: count it again
-            self.__init__()
-            self.history_id = id(history)
+            self.seen, self.history_id = 0, id(history)
+            self.uses, self.category_uses, self.texts = Counter(), Counter(), {}
         for m in history[self.seen:]:
             for t in set(m.terms):
                 self.uses[t] += 1
@@ -68,8 +69,9 @@ class _Counts:
 def counts(engine) -> _Counts:
     """The engine's evidence counts (built on first use, never pickled: see Engine.__getstate__)."""
     got = engine.__dict__.get("_evidence_counts")
-    if got is None:
+    if got is None or got.engine_id != id(engine):  # a copy (Engine.with_history) shares the dict: its own
         got = engine.__dict__["_evidence_counts"] = _Counts()
+        got.engine_id = id(engine)
     return got.update(engine)
 
 
