@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from termnorm import reading
 from termnorm.batch_io import XLSX_MAX_ROWS, RowWriter, count_rows, file_format, read_rows
 from termnorm.errors import DataFormatError
 
@@ -37,6 +38,7 @@ ENGINE_OPTIONS = (*PATH_OPTIONS, "no_split", "recall_profile", "max_candidates",
 class BatchOptions:
     column: str | None = None
     keep: list[str] = field(default_factory=list)
+    document: str | None = None  # the column holding each row's note: the mention is coded as read in it
     header: bool = True
     k: int = 5
     batch_size: int = 256
@@ -94,7 +96,8 @@ class PrecodeJob:
         if not self.output.parent.is_dir():
             raise DataFormatError(self.output, None, f"no folder {self.output.parent}")
         # the columns asked for exist (before anything is written): the first row says so
-        first = next(read_rows(self.input, options.column, options.keep, options.header), None)
+        self._read_keep = list(dict.fromkeys([*options.keep, *([options.document] if options.document else [])]))
+        first = next(read_rows(self.input, options.column, self._read_keep, options.header), None)
         if first is not None and first.problem.startswith("has "):
             raise DataFormatError(self.input, first.row, first.problem)
         self.work = Path(str(self.output) + ".work")
@@ -113,14 +116,14 @@ class PrecodeJob:
         db.execute("CREATE TABLE IF NOT EXISTS mentions (id INTEGER PRIMARY KEY, text TEXT UNIQUE NOT NULL, "
                    "rows INTEGER NOT NULL DEFAULT 0, result TEXT)")
         db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
-        key = json.dumps({"engine": self.engine_options, "files": _fingerprints(self.engine_options), "k": self.opt.k},
-                         sort_keys=True)
+        key = json.dumps({"engine": self.engine_options, "files": _fingerprints(self.engine_options), "k": self.opt.k,
+                          **({"document": self.opt.document} if self.opt.document else {})}, sort_keys=True)
         had = db.execute("SELECT value FROM meta WHERE key = 'engine'").fetchone()
         if had and had[0] != key:
             db.close()
             before, now = json.loads(had[0]), json.loads(key)
             what = {"engine": "other engine options", "files": "the vocabulary / model files changed since",
-                    "k": f"--k {before.get('k')}"}
+                    "k": f"--k {before.get('k')}", "document": f"document column {before.get('document')!r}"}
             differ = "; ".join(w for k, w in what.items() if before.get(k) != now.get(k))
             raise DataFormatError(self.work, None, f"coded with other settings ({differ}); run with --restart to "
                                                    "code everything again with these, or pick another --output")
@@ -132,6 +135,18 @@ class PrecodeJob:
         if self._engine is None:
             self._engine = build_engine_from(self.engine_options)
         return self._engine
+
+    def _rows(self):
+        """(input row, the text it is coded as): the mention, or with --document-column the mention as read in
+        its note (termnorm.reading.in_document: the abbreviations the note defines spelled out), so rows whose
+        notes read it alike share one coding and PAF in two notes meaning two things are coded apart."""
+        doc = self.opt.document
+        for r in read_rows(self.input, self.opt.column, self._read_keep, self.opt.header):
+            if not doc:
+                yield r, r.mention
+                continue
+            note = r.keep[doc] if doc in self.opt.keep else r.keep.pop(doc, "")
+            yield r, (reading.in_document(self.engine(), r.mention, note) if note and not r.problem else r.mention)
 
     def run(self) -> dict:
         t0 = time.perf_counter()
@@ -148,7 +163,8 @@ class PrecodeJob:
     # ---- 1. scan ----------------------------------------------------------------------------------
     def _input_key(self) -> str:
         st = self.input.stat()
-        return json.dumps([str(self.input.resolve()), st.st_size, st.st_mtime_ns, self.opt.column, self.opt.header])
+        return json.dumps([str(self.input.resolve()), st.st_size, st.st_mtime_ns, self.opt.column, self.opt.header,
+                           self.opt.document])
 
     def _scan(self, db) -> None:
         done = db.execute("SELECT value FROM meta WHERE key = 'scanned'").fetchone()
@@ -159,13 +175,13 @@ class PrecodeJob:
         rows = bad = 0
         db.execute("UPDATE mentions SET rows = 0")
         buf: dict[str, int] = {}
-        for r in read_rows(self.input, self.opt.column, self.opt.keep, self.opt.header):
+        for r, key in self._rows():
             rows += 1
             bar.update(1)
             if r.problem:
                 bad += 1
                 continue
-            buf[r.mention] = buf.get(r.mention, 0) + 1
+            buf[key] = buf.get(key, 0) + 1
             if len(buf) >= 50_000:
                 self._count(db, buf)
         self._count(db, buf)
@@ -226,7 +242,7 @@ class PrecodeJob:
             bad = csv.writer(bf)
             bad.writerow(["row", "problem", "mention"])
             chunk: list = []
-            for r in read_rows(self.input, self.opt.column, self.opt.keep, self.opt.header):
+            for r in self._rows():
                 chunk.append(r)
                 if len(chunk) >= 5000:
                     written += self._write_chunk(db, chunk, writer, bad)
@@ -247,21 +263,23 @@ class PrecodeJob:
             self.bad_path.unlink()  # an earlier run's report of rows that are fine now
 
     def _write_chunk(self, db, chunk, writer, bad) -> int:
-        texts = sorted({r.mention for r in chunk if not r.problem})
+        texts = sorted({key for r, key in chunk if not r.problem})
         found: dict[str, tuple[int, str | None]] = {}
         for s in range(0, len(texts), LOOKUP):
             part = texts[s:s + LOOKUP]
             q = f"SELECT text, rows, result FROM mentions WHERE text IN ({','.join('?' * len(part))})"
             found.update((t, (n, res)) for t, n, res in db.execute(q, part))
         out = []
-        for r in chunk:
-            n, res = found.get(r.mention, (0, None))
+        for r, key in chunk:
+            n, res = found.get(key, (0, None))
             problem = r.problem or ("was not coded (the run stopped before it)" if res is None else "")
             data = json.loads(res) if res and not problem else {}
             problem = problem or data.get("error", "")
             if problem:
                 bad.writerow([r.row, problem, r.mention])
                 continue
+            if key != r.mention:  # read in its note: say how (the coded text's own spelling out, if any, first)
+                data["spelled_out"] = data.get("spelled_out") or key
             out.append({"row": r.row, **r.keep, "mention": r.mention, "mention_rows": n, **data})
         writer.write(out)
         return len(out)

@@ -15,6 +15,9 @@ from typing import Iterator
 
 from termnorm.errors import DataFormatError
 
+# a note (--document-column) may be far longer than the csv module's 128 KiB cell limit
+csv.field_size_limit(max(csv.field_size_limit(), 32 * 1024 * 1024))
+
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".txt": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl",
            ".xlsx": "xlsx", ".parquet": "parquet"}
 MAX_MENTION_CHARS = 1000  # longer cells are notes or pasted documents, not mentions: reported, not coded

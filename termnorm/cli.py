@@ -149,7 +149,8 @@ def _normalize_file(args) -> int:
     engine_options["history_extras"] = list(args.history_extras)
     # absolute paths: the work folder's settings and Ray's actors must not depend on the current folder
     engine_options.update({k: str(Path(v).resolve()) for k, v in engine_options.items() if k in PATH_OPTIONS and v})
-    opt = BatchOptions(column=args.column, keep=args.keep or [], header=not args.no_header, k=args.k or 5,
+    opt = BatchOptions(column=args.column, keep=args.keep or [], document=args.document_column,
+                       header=not args.no_header, k=args.k or 5,
                        batch_size=args.batch_size, restart=args.restart, progress=not args.quiet, ray=args.ray,
                        actors=args.actors, num_cpus=args.num_cpus, num_gpus=args.num_gpus)
     try:
@@ -381,6 +382,9 @@ def main(argv=None) -> int:
     b.add_argument("--column", help="the mention column's name (its number with --no-header)")
     b.add_argument("--keep", type=lambda s: [c.strip() for c in s.split(",") if c.strip()],
                    help="input columns copied to the output, comma-separated (e.g. record_id,visit_date)")
+    b.add_argument("--document-column", metavar="NAME",
+                   help="the column (field) holding each row's note: mentions are coded as read in it (the "
+                        "abbreviations it defines spelled out); rows whose notes read a mention alike share a coding")
     b.add_argument("--no-header", action="store_true", help="a CSV / TSV / XLSX input has no header row")
     b.add_argument("--batch-size", type=_positive_int, default=256, help="mentions per engine call (default 256)")
     b.add_argument("--restart", action="store_true", help="forget what OUTPUT.work/ holds and code everything again")

@@ -71,6 +71,30 @@ def test_a_file_larger_than_a_chunk_is_streamed_every_row_written_each_string_co
     assert again["coded_now"] == 1 and again["written"] == 101
 
 
+def test_mentions_are_coded_as_read_in_their_notes(tmp_path):
+    """--document-column: TUR in a note that defines it is coded as 经尿道膀胱肿瘤电切术, once for every note that
+    reads it so; TUR without a note is another string, coded otherwise; the note column is not copied unless kept."""
+    note = "因膀胱肿瘤行经尿道膀胱肿瘤电切术（TUR）。"
+    other = "患者3年前行经尿道膀胱肿瘤电切术（TUR），本次复查。" + "很" * 200_000  # over the csv module's cell limit
+    src = write_csv(tmp_path / "in.csv", [("a", "TUR", note), ("b", "TUR", ""), ("c", "TUR", other),
+                                          ("d", "胆囊切除术", note)], header=("record_id", "mention", "病历"))
+    stats = precode(tmp_path, src, "out.csv", keep=["record_id"], document="病历")
+    assert stats["distinct"] == 3 and stats["written"] == 4
+    out = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)
+    assert "病历" not in out.columns and list(out["mention"]) == ["TUR", "TUR", "TUR", "胆囊切除术"]
+    assert list(out["spelled_out"]) == ["经尿道膀胱肿瘤电切术", "", "经尿道膀胱肿瘤电切术", ""]
+    assert list(out["mention_rows"].astype(int)) == [2, 1, 2, 1]
+    from termnorm.engine import Engine
+
+    eng = Engine.from_demo()
+    in_note, alone = eng.suggest_batch(["TUR", "TUR"], k=5, documents=[note, ""])
+    assert out["chosen_terms"][0] == " ## ".join(in_note.chosen) == out["chosen_terms"][2]
+    assert out["chosen_terms"][1] == " ## ".join(alone.chosen) != out["chosen_terms"][0]
+    # the same work folder with another document column (or none) is refused, not mixed
+    with pytest.raises(Exception, match="document column '病历'"):
+        precode(tmp_path, src, "out.csv", keep=["record_id"])
+
+
 def test_bad_rows_are_reported_with_their_row_numbers_and_skipped(tmp_path):
     src = tmp_path / "in.csv"
     good = MENTIONS[:3]
