@@ -16,13 +16,17 @@ import threading
 from collections import Counter
 
 from termnorm.rank.hierarchy import categories
-from termnorm.reading import same_keyword
 from termnorm.text.normalize import normalize
 
 #: Coded mentions of one term compared with the mention to find the most similar one (the latest ones).
 NEAREST_OF = 300
+#: The character-bigram overlap (Jaccard) from which the closest coded mention is named ("like …").
+LIKE = 0.2
 #: How many shared keywords are named.
 SHARED_SHOWN = 3
+#: The learned rewrite weight (termnorm.rank.surface) from which a pair of keywords is named as one: higher than
+#: the keyword marks' termnorm.reading.SAME_KEYWORD_WEIGHT, since a named pair must read as right to a coder.
+REWRITE_SHOWN = 1.0
 _LOCK = threading.Lock()
 
 
@@ -88,31 +92,53 @@ def _best_surface(engine, term: str, grams: set[str], text: str) -> str | None:
     return f"synonym “{forms[i]}”" if i and best > scored[0][0] else None
 
 
-def _common_runs(a: str, b: str, shortest: int = 2) -> list[str]:
-    """Runs of at least ``shortest`` characters the two texts share, longest first (difflib's matching blocks)."""
+def _common_runs(a: str, b: str, shortest: int = 2) -> list[tuple[int, int]]:
+    """(start in ``b``, length) of the runs of at least ``shortest`` characters the two texts share, longest
+    first (difflib's matching blocks)."""
     from difflib import SequenceMatcher
 
     blocks = SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks()
-    return sorted((a[m.a:m.a + m.size] for m in blocks if m.size >= shortest), key=len, reverse=True)
+    return sorted(((m.b, m.size) for m in blocks if m.size >= shortest), key=lambda r: -r[1])
 
 
 def _shared(engine, text: str, read_spans, term: str) -> list[str]:
-    """What the mention and the term share (their common keywords, then other common runs of text), then the
-    learned rewrites that reconcile keywords of one kind they do not share."""
+    """What the name shares with the mention: runs of text of three characters or more, or of two holding a
+    keyword of both (as the term writes them), then shared keywords inside no run; and the learned rewrites
+    that pair the keywords of one kind left over (the strongest pairs first, each keyword once)."""
     mine = [(s.kind, normalize(s.text)) for s in read_spans]
-    theirs = [(s.kind, normalize(s.text)) for s in engine.tag(term)]
-    words = list(dict.fromkeys(t for k, t in mine if (k, t) in theirs))
-    for run in _common_runs(text, normalize(term)):
-        if not any(run in w or w in run for w in words):
-            words.append(run)
+    term_spans = engine.tag(term)
+    theirs = [(s.kind, normalize(s.text)) for s in term_spans]
+    both = list(dict.fromkeys(t for k, t in mine if (k, t) in theirs))
+    norm = normalize(term)
+    same_places = len(term) == len(norm)
+    shown = term if same_places else norm  # the term's own letters where normalizing kept positions
+    words = []
+    for at, end in _common_runs(text, norm):
+        end += at
+        if same_places:  # no scrap of a keyword at either end (侧甲状腺 of 单侧甲状腺 is 甲状腺; 切除 of 切除术 stays)
+            for sp in term_spans:
+                if sp.start < at < sp.end and 2 * (sp.end - at) <= sp.end - sp.start:
+                    at = sp.end
+                if sp.start < end < sp.end and 2 * (end - sp.start) <= sp.end - sp.start:
+                    end = sp.start
+        run = norm[at:end]
+        if len(run) >= 3 or (len(run) >= 2 and any(k in run for k in both)):
+            words.append(shown[at:end])
+    words += [k for k in both if not any(k in normalize(w) for w in words)]
     out = ["shares " + ", ".join(words[:SHARED_SHOWN])] if words else []
-    for kind, a in mine:
-        if a in words:
-            continue
-        for kind_b, b in theirs:
-            if kind_b == kind and b != a and b not in words and same_keyword(engine, a, b):
-                out.append(f"coders write {a} for {b}")
-                break
+    covered = {normalize(w) for w in words}
+    left_m = [(k, a) for k, a in mine if not any(a in w for w in covered)]
+    left_t = [(k, b) for k, b in theirs if not any(b in w for w in covered)]
+    d = getattr(engine, "diff_scorer", None)
+    pairs = sorted(((d.rewrite_weight(a, b), a, b) for ka, a in left_m for kb, b in left_t
+                    if ka == kb and a != b), reverse=True) if d is not None else []
+    used, rewrites = set(), []
+    for w, a, b in pairs:
+        if w >= REWRITE_SHOWN and a not in used and b not in used:
+            used |= {a, b}
+            rewrites.append(f"{a} ≈ {b}")
+    if rewrites:
+        out.append("learned: " + ", ".join(rewrites))
     return out
 
 
@@ -130,9 +156,12 @@ def evidence(engine, read: str, candidates, read_spans=None) -> list[list[str]]:
         why: list[str] = []
         if uses:
             why.append(f"coded {uses}×")
-            near = max(c.texts[term][-NEAREST_OF:], key=lambda t: _similarity(grams, _bigrams(normalize(t))))
-            why.append("as written before" if normalize(near) == text else f"like “{near}”")
-        else:
+            sim, near = max((_similarity(grams, _bigrams(normalize(t))), t) for t in c.texts[term][-NEAREST_OF:])
+            if normalize(near) == text:
+                why.append("as written before")
+            elif sim >= LIKE:
+                why.append(f"like “{near}”")
+        elif c.seen:  # with nothing coded yet every term is never coded: saying so on each row says nothing
             why.append("never coded")
         surface = _best_surface(engine, term, grams, text)
         if surface:

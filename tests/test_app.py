@@ -443,14 +443,16 @@ def test_each_candidate_says_what_it_rests_on_and_a_decision_changes_it_at_once(
     sug = suggestion(db_url, first)
     other = next(c.term for c in sug.candidates if c.term not in sug.chosen and "甲状腺" in c.term)
     before = _evidence_of(at, other)
-    assert before.startswith("never coded") and "甲状腺" in before.split("shares ")[1], before
-    assert 'class="tn-new">never coded' in next(m.value for m in at.markdown if "tn-cands" in m.value)
+    assert "甲状腺" in before.split("shares ")[1] and "coded" not in before, before  # nothing is coded yet
     box(at, first).set_value([other])
     at.button(key=f"save_{first}").click()
     rerun(at)
     assert current_id(at) != first
     after = _evidence_of(at, other)
     assert after.startswith(f"coded 1× · like “{text}”"), after
+    rest = [_evidence_of(at, c.term) for c in suggestion(db_url, current_id(at)).candidates[:8] if c.term != other]
+    assert rest and all(w.startswith("never coded") for w in rest), rest
+    assert 'class="tn-new">never coded' in next(m.value for m in at.markdown if "tn-cands" in m.value)
 
 
 def test_correction_changes_the_suggestion_for_the_same_mention(db_url):

@@ -4,6 +4,7 @@ import pickle
 
 from termnorm import explain
 from termnorm.engine import Engine
+from termnorm.records import LabelledMention
 
 
 def _why(eng, mention):
@@ -15,7 +16,12 @@ def test_never_coded_then_taught_then_coded():
     eng = Engine.from_demo("procedures")
     why, sug = _why(eng, "甲状腺肿物切除")
     term = next(t for t in why if "甲状腺" in t)
-    assert why[term][0] == "never coded" and any(w.startswith("shares ") and "甲状腺" in w for w in why[term])
+    # nothing coded yet: "never coded" would be on every row, so it is on none; the name's evidence is
+    assert not any("never coded" in w for ws in why.values() for w in ws)
+    assert any(w.startswith("shares ") and "甲状腺" in w for w in why[term]), why[term]
+    eng.add_coded_mention("阑尾切除术", ["阑尾切除术"])
+    why, _ = _why(eng, "甲状腺肿物切除")
+    assert why[term][0] == "never coded"
 
     eng.add_synonym(term, "甲状腺肿物切除")  # a coder teaches the wording as a synonym
     why, _ = _why(eng, "甲状腺肿物切除")
@@ -25,6 +31,7 @@ def test_never_coded_then_taught_then_coded():
     eng.add_coded_mention("甲状腺肿物切除", [term])
     why, _ = _why(eng, "甲状腺肿物切除")
     assert why[term][:2] == ["coded 2×", "as written before"]
+    assert "learned: 肿物 ≈ 病损" in why[term] or "肿物" not in term  # a learned rewrite, when one is needed
     why, _ = _why(eng, "左侧甲状腺肿物切除")
     assert why[term][:2] == ["coded 2×", "like “右侧甲状腺肿物切除”"]
 
@@ -38,7 +45,7 @@ def test_a_new_history_is_counted_afresh():
     term = sug.candidates[0].term
     eng.add_coded_mention("胆囊切除", [term])
     assert explain.evidence(eng, "胆囊切除", sug.candidates[:1])[0][0] == "coded 1×"
-    other = eng.with_history([])  # a copy answering from other coded mentions
+    other = eng.with_history([LabelledMention("阑尾切除", ["阑尾切除术"])])  # a copy with other coded mentions
     assert explain.evidence(other, "胆囊切除", sug.candidates[:1])[0][0] == "never coded"
     assert explain.evidence(eng, "胆囊切除", sug.candidates[:1])[0][0] == "coded 1×"
     assert eng.__dict__["_evidence_counts"] is not other.__dict__["_evidence_counts"]
