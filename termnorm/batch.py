@@ -123,7 +123,7 @@ class PrecodeJob:
             db.close()
             before, now = json.loads(had[0]), json.loads(key)
             what = {"engine": "other engine options", "files": "the vocabulary / model files changed since",
-                    "k": f"--k {before.get('k')}", "document": f"document column {before.get('document')!r}"}
+                    "k": f"--k {before.get('k')}", "document": f"document column {before.get('document')!r}, now {now.get('document')!r}"}
             differ = "; ".join(w for k, w in what.items() if before.get(k) != now.get(k))
             raise DataFormatError(self.work, None, f"coded with other settings ({differ}); run with --restart to "
                                                    "code everything again with these, or pick another --output")
@@ -172,12 +172,16 @@ class PrecodeJob:
             self.stats["scan"] = "kept from the earlier run"
             return
         bar = _progress(count_rows(self.input, self.opt.header), "scan", self.opt.progress, "rows")
-        rows = bad = 0
+        rows = bad = formulas = 0
+        first_formula = None
         db.execute("UPDATE mentions SET rows = 0")
         buf: dict[str, int] = {}
         for r, key in self._rows():
             rows += 1
             bar.update(1)
+            if r.formulas:
+                formulas += r.formulas
+                first_formula = first_formula or r.row
             if r.problem:
                 bad += 1
                 continue
@@ -188,7 +192,7 @@ class PrecodeJob:
         bar.close()
         db.execute("INSERT OR REPLACE INTO meta VALUES ('scanned', ?)", (self._input_key(),))
         db.commit()
-        self.stats.update(rows=rows, bad_input_rows=bad)
+        self.stats.update(rows=rows, bad_input_rows=bad, formula_cells=formulas, first_formula_row=first_formula)
 
     @staticmethod
     def _count(db, buf: dict) -> None:
@@ -312,6 +316,9 @@ def build_engine_from(options: dict):
 def summary(stats: dict, output) -> str:
     lines = [f"{output}: {stats.get('written', 0):,} rows written ({stats.get('distinct', 0):,} distinct mentions, "
              f"{stats.get('coded_now', 0):,} coded in this run) in {stats.get('seconds', 0):.1f} s"]
+    if stats.get("formula_cells"):
+        lines.append(f"{stats['formula_cells']:,} XLSX cell(s) held a formula without a saved value (text typed "
+                     f"starting with '='), read as their text; the first in row {stats['first_formula_row']}")
     if stats.get("skipped"):
         lines.append(f"{stats['skipped']:,} rows skipped: their row numbers and problems are in "
                      f"{stats['bad_rows_file']}")

@@ -30,6 +30,7 @@ class InputRow:
     mention: str = ""
     keep: dict = field(default_factory=dict)  # the --keep columns' values, as text
     problem: str = ""
+    formulas: int = 0  # XLSX cells of the row holding a formula without a saved value: their text was read
 
 
 def file_format(path, what: str = "input") -> str:
@@ -158,24 +159,36 @@ def _read_jsonl(path, fmt, column, keep, header):
 
 
 def _read_xlsx(path, fmt, column, keep, header):
+    """The first sheet's rows. A cell holding a formula without a saved value (text typed starting with "=",
+    which writers store as a formula) reads as empty among the saved values: its formula text is read instead,
+    counted in the row's ``formulas``. The sheet is streamed twice side by side (saved values, formulas)."""
     import openpyxl
 
     try:
         wb = openpyxl.load_workbook(path, read_only=True, data_only=True)
+        raw = openpyxl.load_workbook(path, read_only=True, data_only=False)
     except Exception as e:  # openpyxl raises zipfile / KeyError / InvalidFileException on a damaged file
         raise DataFormatError(path, None, f"not a readable XLSX workbook ({type(e).__name__}: {e})") from None
     try:
         cols = None
-        for row_no, cells in enumerate(wb.worksheets[0].iter_rows(values_only=True), 1):
+        pairs = zip(wb.worksheets[0].iter_rows(values_only=True), raw.worksheets[0].iter_rows(values_only=True))
+        for row_no, (cells, written) in enumerate(pairs, 1):
+            cells, n = list(cells), 0
+            for j, (v, w) in enumerate(zip(cells, written)):
+                if v is None and isinstance(w, str) and w.startswith("="):
+                    cells[j], n = w, n + 1
             if cols is None:
-                cols = _Columns(path, list(cells) if header else None, column, keep)
+                cols = _Columns(path, cells if header else None, column, keep)
                 if header:
                     continue
             if all(c is None or not str(c).strip() for c in cells):
                 continue
-            yield cols.row(row_no, cells)
+            r = cols.row(row_no, cells)
+            r.formulas = n
+            yield r
     finally:
         wb.close()
+        raw.close()
 
 
 def _read_parquet(path, fmt, column, keep, header):

@@ -91,7 +91,7 @@ def test_mentions_are_coded_as_read_in_their_notes(tmp_path):
     assert out["chosen_terms"][0] == " ## ".join(in_note.chosen) == out["chosen_terms"][2]
     assert out["chosen_terms"][1] == " ## ".join(alone.chosen) != out["chosen_terms"][0]
     # the same work folder with another document column (or none) is refused, not mixed
-    with pytest.raises(Exception, match="document column '病历'"):
+    with pytest.raises(Exception, match="document column '病历', now None"):
         precode(tmp_path, src, "out.csv", keep=["record_id"])
 
 
@@ -153,6 +153,25 @@ def test_every_format_in_and_out(tmp_path):
         precode(tmp_path, tmp_path / "in.tsv", "d.csv", keep=["visit"])
     with pytest.raises(Exception, match="must be one of"):
         precode(tmp_path, tmp_path / "in.tsv", "d.docx")
+
+
+def test_xlsx_cells_stored_as_formulas_are_read_as_their_text(tmp_path):
+    """Text typed starting with "=" is stored as a formula without a saved value: the mention was skipped as
+    empty and the note lost without a word. Both are read as written, and the summary says how many and where."""
+    import openpyxl
+
+    wb = openpyxl.Workbook()
+    wb.active.append(["record_id", "mention", "病历"])
+    wb.active.append(["a", "TUR", "=== 出院小结 === 因膀胱肿瘤行经尿道膀胱肿瘤电切术（TUR）。"])
+    wb.active.append(["b", "=胆囊切除术", None])
+    wb.active.append(["c", "阑尾切除术", "阑尾炎"])
+    wb.save(tmp_path / "in.xlsx")
+    stats = precode(tmp_path, tmp_path / "in.xlsx", "out.csv", keep=["record_id"], document="病历")
+    assert stats["written"] == 3 and stats["formula_cells"] == 2 and stats["first_formula_row"] == 2
+    out = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)
+    assert list(out["mention"]) == ["TUR", "=胆囊切除术", "阑尾切除术"]
+    assert out["spelled_out"][0] == "经尿道膀胱肿瘤电切术"  # the note was read
+    assert "2 XLSX cell(s) held a formula without a saved value" in batch_mod.summary(stats, "out.csv")
 
 
 def _cli(*args):
