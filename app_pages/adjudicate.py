@@ -155,7 +155,8 @@ st.caption("In common: " + (" + ".join(shared) or "nothing")
 options = list(dict.fromkeys([x for terms in answers.values() for x in terms] + list(ss[sel_key])))
 st.multiselect("Gold answer", options, key=sel_key,
                format_func=lambda x: f"{x}  ·  {', '.join(vocab.codes_of(x))}",
-               placeholder="Take an annotator's answer, or search the vocabulary below")
+               placeholder="Take an annotator's answer, or search the vocabulary below",
+               select_all=False)  # no 'Select N matches': Enter after typing must not add every match
 b = st.columns([1.3, 4])
 b[0].button("Save gold answer", type="primary", shortcut="S", on_click=on_save, key=f"adj_save_{task_id}_{mid}",
             width="stretch")

@@ -138,7 +138,8 @@ options = list(dict.fromkeys(([c.term for c in sug.candidates[:ASSISTED_SHOWN]] 
 codes = ss.get(f"an_codes_{task_id}_{mid}", {})
 st.multiselect("Your terms for this mention", options, key=sel_key,
                format_func=lambda t: f"{t}  ·  {codes.get(t) or ', '.join(vocab.codes_of(t))}",
-               placeholder="Search the vocabulary below and add the right terms")
+               placeholder="Search the vocabulary below and add the right terms",
+               select_all=False)  # no 'Select N matches': Enter after typing must not add every match
 
 cols = st.columns([1.3, 1.3, 3])
 cols[0].button("Save answer", type="primary", shortcut="S", on_click=on_save, key=f"an_save_{task_id}_{mid}",

@@ -294,7 +294,8 @@ options = list(dict.fromkeys([c.term for c in sug.candidates] + in_box))
 # the chips show names only: a label that changes with the code picked below would no longer match the value
 # the browser holds for the widget
 st.multiselect("Terms for this mention", options, key=sel_key,
-               placeholder="Pick one or more terms, or search the vocabulary below")
+               placeholder="Pick one or more terms, or search the vocabulary below",
+               select_all=False)  # no 'Select N matches': Enter after typing must not add every match
 if in_box:
     st.markdown('<div class="tn-keys">Code exported for each term (the most specific by default; one click '
                 "switches between a term's leaf and category codes)</div>", unsafe_allow_html=True)

@@ -152,6 +152,30 @@ def test_relationship_by_key_and_code_switch_by_click(app, page, tmp_path):
     assert d["relationship"] == "source-is-broader-than-target" and d["review_status"] == "unchecked"
 
 
+def test_enter_after_typing_in_the_terms_box_adds_one_term_not_every_match(app, page, tmp_path):
+    """Streamlit's multiselect offers "Select N matches" first when the typed text matches several options: Enter
+    put every 甲状腺 term in the box, and the mistaken decision was learned at once. The boxes turn it off."""
+    page.goto(f"{app['base']}/?batch={app['codes_batch']}")
+    page.wait_for_selector("table.tn-cands")
+    settle(page)
+    mid = on_screen(page)
+    box = page.locator(f".st-key-terms_{mid}")
+
+    def in_box() -> list[str]:
+        return [t for t in box.inner_text().splitlines()[1:] if t.strip()]  # under the label: one line per term
+
+    before = in_box()
+    page.locator(f".st-key-terms_{mid} input").click()
+    page.keyboard.type("甲状腺")
+    page.wait_for_selector("[role='option']")
+    offered = page.locator("[role='option']").all_inner_texts()
+    assert len(offered) > 1 and not any("match" in o.lower() for o in offered), offered
+    page.keyboard.press("Enter")
+    settle(page)
+    after = in_box()
+    assert len(after) == len(before) + 1 and after[:len(before)] == before, (before, after)
+
+
 def test_lead_approves_the_shown_decisions(app, page, tmp_path):
     from db import services
 
