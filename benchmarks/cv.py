@@ -50,6 +50,9 @@ Rows that change what the candidates carry refit those per outer fold too
 - ``no_split``       multi-part mentions not split (``Engine(split=False)``);
 - ``category``       with the hierarchy scores (termnorm.rank.hierarchy: the best history score among the
                      other candidates of the candidate's code category; off by default, measured);
+- ``synthetic``      a quarter as many made-up mentions of never-coded terms as training mentions join the
+                     ranker's training examples (termnorm.rank.synthetic: coders' keyword rewrites run
+                     backwards); ``synthetic_10`` a tenth;
 - ``no_documents``   mentions read without their documents (a PubTator set's abstracts: the abbreviations
                      they define are not spelled out, termnorm.context);
 - ``coded_key``      history recall by coded key too (``--history-extras key``:
@@ -66,7 +69,8 @@ Rows that change what the candidates carry refit those per outer fold too
                      K``, :mod:`termnorm.dense.crossfit`; ``--dense-crossfit`` names the folders): the
                      fold's training mentions get out-of-fold dense scores.
 
-For each row: pooled exact-set accuracy and micro-F1, per-fold accuracy, and
+For each row: pooled exact-set accuracy and micro-F1, per-fold accuracy, accuracy by familiarity (how often
+the fold's training mentions coded the test mention's rarest gold term: never, 1-2, 3-9, 10+ times), and
 against ``shipped`` the mentions only one of the two gets right with a
 two-sided sign test (termnorm.stats.sign_test) on them; the same counts and test against every other
 row are in the JSON (``pairwise``). Prints a table and writes JSON.
@@ -106,6 +110,8 @@ ROWS = {
     "no_split": dict(split=False),
     "no_documents": dict(documents=False),
     "category": dict(category_features=True),
+    "synthetic": dict(synthetic=0.25),
+    "synthetic_10": dict(synthetic=0.1),
     "dense": dict(dense="dense"),
     "dense_crossfit": dict(dense="crossfit"),
     "bag_3": dict(bag=3),
@@ -116,7 +122,7 @@ DEFAULT_ROWS = ("shipped", "ensemble_3", "no_context", "no_part_count", "before"
 #: options of the ranker's training data (what the candidates carry, how many history splits): a row with
 #: any of them gets its own ``ranker_training_data``
 DATA_OPTIONS = ("keyword_features", "surface_diff", "term_classifier", "split", "dense", "bag", "history_extras",
-                "documents", "category_features")
+                "documents", "category_features", "synthetic")
 #: the data options that build the engine or its mentions, not ranker_training_data's
 BUILD_OPTIONS = ("split", "dense", "history_extras", "documents", "category_features")
 #: the permutation of the training file that cuts outer folds 1-4
@@ -171,6 +177,7 @@ def run_fold(name: str, data: str, k: int, seed: int, rows: tuple[str, ...] = DE
     right or not, and the pair counts of micro-F1."""
     from benchmarks.accuracy import SETS
     from termnorm.engine import Engine
+    from termnorm.evaluate import familiarity_buckets
     from termnorm.loaders import load_labelled, load_vocabulary
 
     vpath, trpath, tepath, settings = SETS[name]
@@ -179,7 +186,8 @@ def run_fold(name: str, data: str, k: int, seed: int, rows: tuple[str, ...] = DE
     train, test = outer_fold(load_labelled(data / trpath, vocab).mentions,
                              load_labelled(data / tepath, vocab).mentions, k)
     defaults = {"term_classifier": settings.get("term_classifier", True)}
-    out = {"fold": k, "train": len(train), "test": len(test), "rows": {}}
+    out = {"fold": k, "train": len(train), "test": len(test), "rows": {},
+           "familiarity": familiarity_buckets((m.terms for m in train), [m.terms for m in test])}
     texts = [m.text for m in test]
     # rows grouped by their training data: the plain rows share one fit of the candidates
     groups: dict[tuple, list[str]] = {}
@@ -224,6 +232,21 @@ def _fit_and_score(eng, splits, row, seed, settings, texts, test, out, data_kw) 
                         "seconds": round(time.perf_counter() - t1, 1)}
 
 
+def _by_familiarity(right, ref, bucket) -> dict:
+    """Accuracy per familiarity bucket (termnorm.evaluate.FAMILIARITY_BUCKETS: how often the training folds
+    coded the mention's rarest gold term), with the sign test against ``shipped`` on that bucket's mentions."""
+    from termnorm.evaluate import FAMILIARITY_BUCKETS
+
+    out = {}
+    for name, _, _ in FAMILIARITY_BUCKETS:
+        sel = bucket == name
+        if sel.any():
+            t = sign_test(right[sel], ref[sel])
+            out[name] = {"n": int(sel.sum()), "accuracy": round(float(right[sel].mean()), 4),
+                         "sign_test_p": t["sign_test_p"]}
+    return out
+
+
 def _micro_f1(tp: int, n_pred: int, n_gold: int) -> float:
     """Micro-F1 from pair counts (termnorm.evaluate.micro_prf's F1, which needs the term sets): 2·tp / (pred + gold)."""
     return round(2 * tp / max(1, n_pred + n_gold), 4)
@@ -232,6 +255,7 @@ def _micro_f1(tp: int, n_pred: int, n_gold: int) -> float:
 def summarize(folds: list[dict]) -> dict:
     folds = sorted(folds, key=lambda f: f["fold"])
     ref = np.concatenate([f["rows"]["shipped"]["right"] for f in folds])
+    bucket = np.concatenate([np.array(f.get("familiarity") or [None] * f["test"], dtype=object) for f in folds])
     rows = {}
     right_of = {row: np.concatenate([f["rows"][row]["right"] for f in folds]) for row in folds[0]["rows"]}
     for row in folds[0]["rows"]:
@@ -248,6 +272,7 @@ def summarize(folds: list[dict]) -> dict:
             "right_only_here": vs_shipped["right_only_here"],
             "right_only_in_shipped": vs_shipped["right_only_there"], "sign_test_p": vs_shipped["sign_test_p"],
             "ranker_fit_and_predict_seconds": round(sum(f["rows"][row]["seconds"] for f in folds), 1),
+            "by_familiarity": _by_familiarity(right, ref, bucket),
             "pairwise": {other: sign_test(right, r) for other, r in right_of.items() if other != row}}
     return {"mentions": int(len(ref)), "folds": [{k: f[k] for k in ("fold", "train", "test", "candidates_seconds")}
                                                  for f in folds], "rows": rows}
@@ -301,12 +326,15 @@ def main(argv=None) -> int:
             done = [j.result() for j in tqdm(jobs, desc=f"{name}: outer folds")]
         res = results["results"][name] = summarize(done)
         print(f"{name}: {res['mentions']} test mentions over folds {folds}")
-        print(f"  {'row':14s} {'accuracy':>8s} {'micro-F1':>8s}  only here / only shipped   sign test p   per fold")
+        print(f"  {'row':14s} {'accuracy':>8s} {'micro-F1':>8s}  only here / only shipped   sign test p   per fold"
+              "   by familiarity (unseen, 1-2, 3-9, 10+)")
         for row, r in res["rows"].items():
             print(f"  {row:14s} {r['accuracy']:8.4f} {r['micro_f1']:8.4f}  {r['right_only_here']:9d} / "
                   f"{r['right_only_in_shipped']:<12d} {r['sign_test_p']:9.4f}   "
                   + " ".join(f"{v:.3f}" for v in r["per_fold_accuracy"].values())
-                  + "   micro-F1 " + " ".join(f"{v:.3f}" for v in r["per_fold_micro_f1"].values()), flush=True)
+                  + "   micro-F1 " + " ".join(f"{v:.3f}" for v in r["per_fold_micro_f1"].values())
+                  + "   " + " ".join(f"{b}: {v['accuracy']:.3f} (n={v['n']}, p={v['sign_test_p']:.3f})"
+                                     for b, v in r["by_familiarity"].items()), flush=True)
         others = [row for row in res["rows"] if row != "shipped"]
         for i, a in enumerate(others):
             for b in others[i + 1:]:

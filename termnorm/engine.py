@@ -271,17 +271,19 @@ class Engine:
 
     def ranker_training_data(self, train: list[LabelledMention], folds: int = 4, seed: int = 0, bag: int = 1,
                              with_history: bool = True, surface_diff: bool = True, keyword_features: bool = True,
-                             term_classifier: bool = True, progress: bool = False) -> list[tuple]:
+                             term_classifier: bool = True, progress: bool = False,
+                             synthetic: float = 0.0) -> list[tuple]:
         """The first half of :meth:`fit_lexical`: the ranker's training candidates, one K-fold split of the
         history per ``bag`` member, each ``(mentions, candidate lists, golds, parts, sieve hits, rng)``.
 
         Fits what scores those candidates and serves at inference: the surface-difference scorer (its
         out-of-fold scores written into the candidates; the first split's scorer is kept) and the term
         classifier. :meth:`fit_ranker` then fits the GBM on the splits, as often as wanted (the
-        cross-validation benchmark fits several ranker settings on one set of candidates).
+        cross-validation benchmark fits several ranker settings on one set of candidates). ``synthetic``: that
+        share of made-up mentions of never-coded terms joins the training mentions (termnorm.rank.synthetic).
         """
         return fitting.ranker_training_data(self, train, folds, seed, bag, with_history, surface_diff,
-                                            keyword_features, term_classifier, progress)
+                                            keyword_features, term_classifier, progress, synthetic)
 
     def fit_ranker(self, splits: list[tuple], seed: int = 0, rule_metric: str = "accuracy",
                    keyword_features: bool = True, ensemble: int | None = None, context_features: bool = True,

@@ -166,18 +166,30 @@ def accuracy_by_familiarity(history_terms: Iterable[Terms], gold: Sequence[Terms
     {'n': 1, 'accuracy': 0.0}
     """
     _check(gold, predicted)
+    hits: dict[str, list[bool]] = {name: [] for name, _, _ in FAMILIARITY_BUCKETS}
+    for name, g, p in zip(familiarity_buckets(history_terms, gold), gold, predicted):
+        if name:
+            hits[name].append(_set(g) == _set(p))
+    return {name: {"n": len(h), "accuracy": _mean(h) if h else None} for name, h in hits.items()}
+
+
+def familiarity_buckets(history_terms: Iterable[Terms], gold: Sequence[Terms]) -> list[str | None]:
+    """Each mention's :data:`FAMILIARITY_BUCKETS` name (None for a mention without gold terms).
+
+    >>> familiarity_buckets([["a"], ["a"], ["b"]], [["a"], ["c"], ["a", "b"], []])
+    ['1-2', 'unseen', '1-2', None]
+    """
     seen: dict[Hashable, int] = {}
     for terms in history_terms:
         for t in _set(terms):
             seen[t] = seen.get(t, 0) + 1
-    hits: dict[str, list[bool]] = {name: [] for name, _, _ in FAMILIARITY_BUCKETS}
-    for g, p in zip(gold, predicted):
+    out: list[str | None] = []
+    for g in gold:
         g = _set(g)
-        if g:
-            times = min(seen.get(t, 0) for t in g)
-            name = next(n for n, lo, hi in FAMILIARITY_BUCKETS if lo <= times and (hi is None or times <= hi))
-            hits[name].append(g == _set(p))
-    return {name: {"n": len(h), "accuracy": _mean(h) if h else None} for name, h in hits.items()}
+        times = min((seen.get(t, 0) for t in g), default=None)
+        out.append(None if times is None else
+                   next(n for n, lo, hi in FAMILIARITY_BUCKETS if lo <= times and (hi is None or times <= hi)))
+    return out
 
 
 def error_table(mentions: Sequence[str], gold: Sequence[Terms], predicted: Sequence[Terms], as_frame: bool = True):

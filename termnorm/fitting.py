@@ -20,6 +20,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from termnorm import reading
+from termnorm.rank.synthetic import SyntheticMention
 from termnorm.recall.strategies import history_strategies
 from termnorm.records import LabelledMention
 from termnorm.text.normalize import normalize
@@ -74,9 +75,14 @@ def fit_lexical(engine: Engine, train: list[LabelledMention], folds: int = 4, pr
 def ranker_training_data(engine: Engine, train: list[LabelledMention], folds: int = 4, seed: int = 0,
                          bag: int = 1, with_history: bool = True, surface_diff: bool = True,
                          keyword_features: bool = True, term_classifier: bool = True,
-                         progress: bool = False) -> list[tuple]:
+                         progress: bool = False, synthetic: float = 0.0) -> list[tuple]:
     """:meth:`termnorm.engine.Engine.ranker_training_data`."""
     train = reading.read_labelled(engine, [m for m in train if m.terms])
+    real = train
+    if synthetic:
+        from termnorm.rank.synthetic import synthetic_mentions
+
+        train = train + synthetic_mentions(engine, train, synthetic, seed)
     splits, scorer, surface_s = [], None, 0.0
     for r in range(bag):
         rng = np.random.default_rng(seed + r)
@@ -94,7 +100,7 @@ def ranker_training_data(engine: Engine, train: list[LabelledMention], folds: in
     engine.diff_scorer = scorer
     if surface_diff:
         engine.meta["surface_diff_seconds"] = round(surface_s, 2)
-    engine.fit_term_classifier(train, enabled=term_classifier and with_history)
+    engine.fit_term_classifier(real, enabled=term_classifier and with_history)
     return splits
 
 
@@ -168,7 +174,7 @@ def kfold_candidates(engine: Engine, items: list[LabelledMention], fold_of, with
         it = tqdm(it, desc="recall for ranker training (folds)")
     for f in it:
         inside = [i for i, g in enumerate(fold_of) if g == f]
-        outside = [m for m, g in zip(items, fold_of) if g != f and m.terms]
+        outside = [m for m, g in zip(items, fold_of) if g != f and m.terms and not isinstance(m, SyntheticMention)]
         hist = history_strategies(engine.vocabulary, outside, engine.history_extras) if with_history else []
         union = engine._union([*engine._vocab_strategies, *hist], split=engine.split)
         sieve = {normalize(m.text): m.terms for m in outside} if with_history else {}
