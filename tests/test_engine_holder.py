@@ -30,3 +30,12 @@ def test_a_decision_redoes_the_prepared_suggestions_of_similar_mentions_only(db_
     with services.session_scope(db_url) as s:
         assert holder.suggestion(s, ids[3], "经皮肾镜碎石术").chosen == ["经皮肾镜取石术"]
         assert not holder.is_stale(ids[3], "经皮肾镜碎石术")
+    # the mention on screen follows a similar decision too: its suggestion is redone when it is shown again
+    with services.session_scope(db_url) as s:
+        shown = holder.suggestion(s, ids[4], "阑尾切除")
+        assert "history" not in shown.candidates[0].scores
+    holder.learn("腹腔镜下阑尾切除", ["腹腔镜下阑尾切除术"])
+    with services.session_scope(db_url) as s:
+        again = holder.suggestion(s, ids[4], "阑尾切除")
+        assert any(c.scores.get("history", 0) > 0 for c in again.candidates if c.term == "腹腔镜下阑尾切除术")
+        assert holder.suggestion(s, ids[4], "阑尾切除") == again  # and then served as stored
