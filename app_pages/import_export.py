@@ -43,6 +43,17 @@ with _ui.session() as s:
 
 
 # ---------------------------------------------------------------- import
+def _problems_table(frame: pd.DataFrame) -> None:
+    """Rejections or notices in full: a short list as a table whose text wraps (a data grid cut a notice naming
+    the cells after 40 characters), a long one as a sortable grid with a wide text column."""
+    frame["row"] = frame["row"].map(lambda r: "" if r is None or pd.isna(r) else str(int(r)))
+    if len(frame) <= 30:
+        st.table(frame.set_index("file"))
+    else:
+        st.dataframe(frame, hide_index=True, width="stretch",
+                     column_config={frame.columns[-1]: st.column_config.TextColumn(width="large")})
+
+
 def on_import() -> None:
     up = st.session_state.get("upload")
     if up is None:
@@ -107,13 +118,11 @@ if report is not None:
     c[3].metric("Notices", len(report.notices))
     if report.rejected:
         st.warning(f"{report.n_rejected} row(s) rejected: fix them in the file and import those rows again.")
-        st.dataframe(pd.DataFrame([tuple(e) for e in report.rejected], columns=["file", "row", "problem"]),
-                     hide_index=True, width="stretch")
+        _problems_table(pd.DataFrame([tuple(e) for e in report.rejected], columns=["file", "row", "problem"]))
     if report.notices:
         st.info(f"{len(report.notices)} notice(s): these rows were imported; each says what was changed "
                 "or is unusual.")
-        st.dataframe(pd.DataFrame([tuple(n) for n in report.notices], columns=["file", "row", "notice"]),
-                     hide_index=True, width="stretch")
+        _problems_table(pd.DataFrame([tuple(n) for n in report.notices], columns=["file", "row", "notice"]))
 
 # ---------------------------------------------------------------- pre-suggestion
 # A background job (db.suggest_jobs), never this script: on a 50,000-row batch the engine runs for
