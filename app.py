@@ -35,13 +35,17 @@ with _ui.session() as s:
     vocabs = services.vocabularies(s)
     vocab_ids = [v["id"] for v in vocabs]
     vocab_names = {v["id"]: f'{v["name"]} ({v["n_terms"]} terms)' for v in vocabs}
-    # a link ...?batch=<id> opens that batch (and its vocabulary) in a new session
+    # a link ...?batch=<id> (or ?vocabulary=<id>) opens that batch and its vocabulary in a new session: a reload
+    # or a bookmark returns to the work on screen, which the address always names (below)
     if "batch_id" not in st.session_state and st.query_params.get("batch", "").isdigit():
         wanted = int(st.query_params["batch"])
         linked = next((b for b in services.batches(s) if b["id"] == wanted), None)
         if linked:
             st.session_state["vocabulary_id"] = linked["vocabulary_id"]
             st.session_state["batch_id"] = linked["id"]
+    elif "vocabulary_id" not in st.session_state and st.query_params.get("vocabulary", "").isdigit():
+        if int(st.query_params["vocabulary"]) in vocab_ids:
+            st.session_state["vocabulary_id"] = int(st.query_params["vocabulary"])
 
 
 def _keep(widget_key: str, state_key: str) -> None:
@@ -78,6 +82,11 @@ with st.sidebar:
             st.selectbox("Batch", batch_ids, format_func=labels.get, **_bound("_batch", "batch_id"))
         else:
             st.caption("No batch for this vocabulary yet: import one.")
+        here = {"batch": str(ss["batch_id"])} if ss.get("batch_id") else {"vocabulary": str(ss["vocabulary_id"])}
+        if {k: st.query_params.get(k) for k in ("batch", "vocabulary") if k in st.query_params} != here:
+            for k in ("batch", "vocabulary"):
+                st.query_params.pop(k, None)
+            st.query_params.update(here)
 
 pages = {"Coding": [
     st.Page("app_pages/coding_queue.py", title="Coding queue", icon=":material/edit_note:", default=True),

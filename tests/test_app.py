@@ -456,6 +456,20 @@ def test_each_candidate_says_what_it_rests_on_and_a_decision_changes_it_at_once(
     assert 'class="tn-new">never coded' in next(m.value for m in at.markdown if "tn-cands" in m.value)
 
 
+def test_the_address_names_the_batch_on_screen_so_a_reload_returns_to_it(db_url):
+    """A reload (a new session) opened the first vocabulary's first batch, whatever the coder was working on."""
+    start()
+    bid = add_batch(db_url, ["胆囊切除术"], name="ward 9")
+    at = start()
+    assert at.query_params["batch"] != str(bid)
+    at.selectbox(key="_batch").set_value(bid)
+    rerun(at)
+    assert at.query_params["batch"] == str(bid)
+    again = start(**dict(at.query_params))  # the reload: a new session, same address
+    assert again.selectbox(key="_batch").value == bid
+    assert latest(db_url, current_id(again))["text"] == "胆囊切除术"
+
+
 def test_correction_changes_the_suggestion_for_the_same_mention(db_url):
     start()
     text = "甲状腺肿物切除"
