@@ -231,8 +231,8 @@ def next_mention(s: Session, batch_id: int, username: str, order: str | None = N
     Mentions sent to re-review first (their decision's term was retired or
     re-coded by a new vocabulary edition, or a lead sent it back); then the
     first mention in file order without a final decision (status new or
-    suggested); then the skipped ones (also in file order), so skipping never
-    loses a mention. Flagged mentions wait for a lead: they are queued (after the
+    suggested); then the skipped ones, the longest untouched first (skipping one
+    again sends it to the back), so skipping never loses a mention. Flagged mentions wait for a lead: they are queued (after the
     skipped ones) only for users with role lead / admin. Because the queue is
     derived from the committed statuses, a restarted app resumes where the
     coder was. ``order`` (default: the batch's ``queue_order``) changes the
@@ -261,7 +261,10 @@ def next_mention(s: Session, batch_id: int, username: str, order: str | None = N
         free = Mention.claimed_by.is_(None) | (Mention.claimed_by == username) | (Mention.claimed_at < cutoff)
         tier = case((Mention.status == REREVIEW, 0), (Mention.status.in_(OPEN_STATUSES), 1),
                     (Mention.status == "skipped", 2), else_=3)
-        keys = [case((mine, 0), else_=1), tier, *_order_keys(order)]
+        # skipped mentions come round in turn, the longest untouched first: in file order a coder skipping the
+        # first of the skipped ones was served it again and again, the others out of reach
+        turn = case((Mention.status == "skipped", Mention.updated_at), else_=None)
+        keys = [case((mine, 0), else_=1), tier, turn, *_order_keys(order)]
         q = (select(Mention.id, Mention.text, Mention.position, Mention.status, Mention.claimed_by,
                     Mention.claimed_at, Mention.frequency)
              .where(Mention.batch_id == batch_id, Mention.status.in_((REREVIEW,) + OPEN_STATUSES + later), free)

@@ -215,6 +215,21 @@ def test_skip_and_flag_keep_comments_and_shape_the_queue(setup):
         assert S.batch_progress(s, bid) == (len(ids), len(ids))
 
 
+def test_skipped_mentions_come_round_in_turn(setup):
+    """Once only skipped mentions are left, skipping the one served serves the next: in file order the first
+    came back every time and the others could not be reached (a coder's browser test)."""
+    url, ids, bid = setup["url"], setup["ids"], setup["bid"]
+    with S.session_scope(url) as s:
+        for i in ids:
+            assert S.next_mention(s, bid, "alice")["id"] == i
+            S.record_decision(s, i, "alice", "skip")
+        served = []
+        for _ in range(len(ids) + 1):
+            served.append(S.next_mention(s, bid, "alice")["id"])
+            S.record_decision(s, served[-1], "alice", "skip")
+        assert served == [*ids, ids[0]]
+
+
 def test_coders_sharing_a_batch_get_different_mentions(setup):
     from datetime import timedelta
 
