@@ -62,6 +62,7 @@ def store_suggestions(s: Session, mention_ids: Sequence[int], suggestions: Seque
     if not commit:  # part of the caller's transaction (db.precoded: a whole import or nothing)
         _store(s, [m for m, _ in pairs], [g for _, g in pairs], commit=False)
         return
+    s.commit()  # what the caller wrote before is theirs to keep: a retry's rollback must not take it along
     for attempt in range(RETRIES + 1):
         try:
             _store(s, [m for m, _ in pairs], [g for _, g in pairs])

@@ -230,6 +230,35 @@ def test_skipped_mentions_come_round_in_turn(setup):
         assert served == [*ids, ids[0]]
 
 
+def test_a_retried_suggestion_write_keeps_what_the_caller_wrote_before(setup, monkeypatch):
+    """store_suggestions retries a PostgreSQL deadlock after a rollback; the rollback took along the caller's
+    uncommitted writes of the same session (a comment, a status). They are committed first now."""
+    from sqlalchemy.exc import OperationalError
+
+    from db import suggestions as sug_mod
+    from db.models import Mention
+    from termnorm.engine import Engine
+
+    url, ids, bid = setup["url"], setup["ids"], setup["bid"]
+    real, calls = sug_mod._store, []
+
+    def deadlock_once(*a, **kw):
+        calls.append(1)
+        if len(calls) == 1:
+            orig = type("Deadlock", (Exception,), {"sqlstate": "40P01"})("deadlock detected")
+            raise OperationalError("INSERT ...", {}, orig)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(sug_mod, "_store", deadlock_once)
+    monkeypatch.setattr(sug_mod.time, "sleep", lambda _: None)
+    with S.session_scope(url) as s:
+        s.get(Mention, ids[0]).status = "flagged"  # the caller's own write, not committed yet
+        S.store_suggestions(s, [ids[1]], [Engine.from_demo().suggest("胆囊切除术")])
+    assert len(calls) == 2
+    with S.session_scope(url) as s:
+        assert S.mention(s, ids[0])["status"] == "flagged" and S.latest_suggestion(s, ids[1]) is not None
+
+
 def test_coders_sharing_a_batch_get_different_mentions(setup):
     from datetime import timedelta
 
