@@ -43,13 +43,18 @@ with _ui.session() as s:
         if linked:
             st.session_state["vocabulary_id"] = linked["vocabulary_id"]
             st.session_state["batch_id"] = linked["id"]
+        else:
+            st.session_state["_unknown_link"] = f"batch {wanted}"
     elif "vocabulary_id" not in st.session_state and st.query_params.get("vocabulary", "").isdigit():
         if int(st.query_params["vocabulary"]) in vocab_ids:
             st.session_state["vocabulary_id"] = int(st.query_params["vocabulary"])
+        else:
+            st.session_state["_unknown_link"] = f"vocabulary {st.query_params['vocabulary']}"
 
 
 def _keep(widget_key: str, state_key: str) -> None:
     st.session_state[state_key] = st.session_state[widget_key]
+    st.session_state.pop("_unknown_link", None)  # a choice made: the stale link's warning has done its work
 
 
 def _bound(widget_key: str, state_key: str) -> dict:
@@ -68,6 +73,9 @@ with st.sidebar:
     else:  # sign-in switched off (TERMNORM_AUTH=off): the typed name says who decided
         ss.setdefault("username", "coder")
         st.text_input("Your name", max_chars=100, **_bound("_username", "username"))
+    if ss.get("_unknown_link"):  # an old bookmark: say so, never open other work as if it were the one asked for
+        st.warning(f"The address names {ss['_unknown_link']}, which does not exist (any more): pick the batch "
+                   "below.", icon=":material/link_off:")
     if vocab_ids:
         if ss.get("vocabulary_id") not in vocab_ids:
             ss["vocabulary_id"] = vocab_ids[0]

@@ -187,12 +187,14 @@ def code_cell(codes: list[str]) -> str:
 
 
 def candidate_table_html(cands: list[Candidate], mention_spans: list[KeywordSpan], chosen: list[str],
-                         tag, start: int = 1, same=None, why: list[list[str]] | None = None) -> str:
+                         tag, start: int = 1, same=None, why: list[list[str]] | None = None,
+                         top: float | None = None) -> str:
     """The ranked candidates as one HTML table: rank, code, highlighted term, fused score and its parts; under
-    each term, when ``why`` is given, the evidence for it (termnorm.explain: a never-coded term's is marked)."""
+    each term, when ``why`` is given, the evidence for it (termnorm.explain: a never-coded term's is marked). The
+    score bars are drawn against ``top`` (the best score of the whole list, when these are its later rows)."""
     if not cands:
         return '<div class="tn-legend">No candidate.</div>'
-    top = max((c.score for c in cands), default=1.0) or 1.0
+    top = top or max((c.score for c in cands), default=1.0) or 1.0
     ranked = any("ranker" in c.scores for c in cands)  # the lexical-only engine has no ranker column
     rows = []
     for r, c in enumerate(cands, start=start):

@@ -278,7 +278,8 @@ _ui.markup(_ui.candidate_table_html(sug.candidates[:SHOWN], read_kw, sug.chosen,
 if len(sug.candidates) > SHOWN:
     with st.expander(f"{len(sug.candidates) - SHOWN} more candidates"):
         _ui.markup(_ui.candidate_table_html(sug.candidates[SHOWN:], read_kw, sug.chosen, holder.tag,
-                                            start=SHOWN + 1, same=same, why=why[SHOWN:]))
+                                            start=SHOWN + 1, same=same, why=why[SHOWN:],
+                                            top=max(c.score for c in sug.candidates)))
 
 # ---------------------------------------------------------------- the terms to save, with the code each exports
 vocab = holder.engine.vocabulary

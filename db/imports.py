@@ -104,7 +104,7 @@ def read_mentions_report(source, name: str | None = None) -> MentionsRead:
             rows, header_problem, formulas = _xlsx_rows(data)
             out = _from_table(fname, rows, header_problem)
             if formulas:
-                shown = ", ".join(f"row {r} column {c}" for r, c in formulas[:10])
+                shown = ", ".join(f"row {r} column {c}" for r, c in formulas[:10])  # column B (病历)
                 more = f" and {len(formulas) - 10} more" if len(formulas) > 10 else ""
                 out.notices.append(ImportProblem(fname, formulas[0][0], (
                     f"{len(formulas)} cell(s) hold a formula without a saved value (text typed starting with '=' "
@@ -287,10 +287,16 @@ def _xlsx_rows(data: bytes):
                 for j, (v, w) in enumerate(zip(r, written)):
                     if v is None and isinstance(w, str) and w.startswith("="):
                         r[j] = w
-                        formulas.append((n, j + 1))
+                        formulas.append((n, j))
         finally:
             raw.close()
-    return [(n, [cell_text(v) for v in r]) for n, r in rows], None, formulas
+    from openpyxl.utils import get_column_letter
+
+    out = [(n, [cell_text(v) for v in r]) for n, r in rows]
+    header = next((c for _, c in out if any(c)), [])
+    named = [(n, get_column_letter(j + 1) + (f" ({header[j]})" if j < len(header) and header[j] else ""))
+             for n, j in formulas]
+    return out, None, named
 
 
 def _from_table(fname, rows, header_problem, nul_rows: Collection[int] = ()) -> MentionsRead:

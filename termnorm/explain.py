@@ -24,9 +24,10 @@ NEAREST_OF = 300
 LIKE = 0.2
 #: How many shared keywords are named.
 SHARED_SHOWN = 3
-#: The learned rewrite weight (termnorm.rank.surface) from which a pair of keywords is named as one: higher than
-#: the keyword marks' termnorm.reading.SAME_KEYWORD_WEIGHT, since a named pair must read as right to a coder.
-REWRITE_SHOWN = 1.0
+#: The learned rewrite weight (termnorm.rank.surface) from which a pair of keywords is named: far above the keyword
+#: marks' termnorm.reading.SAME_KEYWORD_WEIGHT, since a named pair must read as right to a coder (肿物 -> 病损 3.2,
+#: 电切术 -> 切除术 2.0, 肿瘤 -> 病损 1.7 on the demo model; 肿物 -> 活组织检查 1.5, a coding habit, not a synonym).
+REWRITE_SHOWN = 1.5
 _LOCK = threading.Lock()
 
 
@@ -124,7 +125,7 @@ def _shared(engine, text: str, read_spans, term: str) -> list[str]:
         run = norm[at:end]
         if len(run) >= 3 or (len(run) >= 2 and any(k in run for k in both)):
             words.append(shown[at:end])
-    words += [k for k in both if not any(k in normalize(w) for w in words)]
+    words += [k for k in both if len(k) >= 2 and not any(k in normalize(w) for w in words)]
     out = ["shares " + ", ".join(words[:SHARED_SHOWN])] if words else []
     covered = {normalize(w) for w in words}
     left_m = [(k, a) for k, a in mine if not any(a in w for w in covered)]
@@ -136,7 +137,7 @@ def _shared(engine, text: str, read_spans, term: str) -> list[str]:
     for w, a, b in pairs:
         if w >= REWRITE_SHOWN and a not in used and b not in used:
             used |= {a, b}
-            rewrites.append(f"{a} ≈ {b}")
+            rewrites.append(f"{a} → {b}")
     if rewrites:
         out.append("learned: " + ", ".join(rewrites))
     return out

@@ -468,6 +468,13 @@ def test_the_address_names_the_batch_on_screen_so_a_reload_returns_to_it(db_url)
     again = start(**dict(at.query_params))  # the reload: a new session, same address
     assert again.selectbox(key="_batch").value == bid
     assert latest(db_url, current_id(again))["text"] == "胆囊切除术"
+    assert not again.sidebar.warning
+    # an old bookmark naming a batch that is gone: said, not silently replaced by another batch
+    stale = start(batch=bid + 100)
+    assert f"names batch {bid + 100}, which does not exist" in stale.sidebar.warning[0].value
+    stale.selectbox(key="_batch").set_value(bid)
+    rerun(stale)
+    assert not stale.sidebar.warning and stale.query_params["batch"] == str(bid)
 
 
 def test_correction_changes_the_suggestion_for_the_same_mention(db_url):

@@ -129,7 +129,7 @@ def test_an_xlsx_cell_stored_as_a_formula_keeps_its_text_and_is_named(db, tmp_pa
     rep = S.import_mentions(s, tmp_path / "formulas.xlsx", "formulas", vid)
     assert rep.errors == [] and rep.n_ok == 3 and adds_up(rep)
     assert (2, "2 cell(s) hold a formula without a saved value (text typed starting with '=' is stored as one); "
-               "their text was imported as written: row 2 column 2, row 3 column 1") in [(n.row, n.problem) for n in rep.notices]
+               "their text was imported as written: row 2 column B (病历), row 3 column A (原始词)") in [(n.row, n.problem) for n in rep.notices]
     ms = S.mentions(s, rep.batch_id)
     assert [m["text"] for m in ms] == ["甲状腺肿物切除", "=胆囊切除术", "阑尾切除"]
     assert S.mention_documents(s, [m["id"] for m in ms])[ms[0]["id"]] == "=== 出院小结 === 甲状腺肿物"
