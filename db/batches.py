@@ -232,8 +232,9 @@ def next_mention(s: Session, batch_id: int, username: str, order: str | None = N
     re-coded by a new vocabulary edition, or a lead sent it back); then the
     first mention in file order without a final decision (status new or
     suggested); then the skipped ones, the longest untouched first (skipping one
-    again sends it to the back), so skipping never loses a mention. Flagged mentions wait for a lead: they are queued (after the
-    skipped ones) only for users with role lead / admin. Because the queue is
+    again sends it to the back), so skipping never loses a mention. Flagged
+    mentions wait for a lead: they are queued (after the skipped ones) only for
+    users with role lead / admin. Because the queue is
     derived from the committed statuses, a restarted app resumes where the
     coder was. ``order`` (default: the batch's ``queue_order``) changes the
     order within each of those groups (:data:`ORDERS`): ``"uncertainty"``

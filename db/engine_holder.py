@@ -112,7 +112,8 @@ class EngineHolder:
         (:meth:`changed_since`) was learnt after it was computed -- the shown mention follows a colleague's
         decision as the prepared ones do, so its scores agree with the history the page's evidence counts."""
         sug = services.latest_suggestion(s, mention_id, edition=self.edition)
-        if (sug is None or self.is_stale(mention_id, text) or self.changed_since(self._computed.get(mention_id, 0), text)
+        if (sug is None or self.is_stale(mention_id, text)
+                or self.changed_since(self._computed.get(mention_id, 0), text)
                 or not self._served_as_stored(sug.model_version, text)):
             sug = self.suggest_and_store(s, [mention_id], [text])[0]
         return sug

@@ -278,7 +278,7 @@ def _xlsx_rows(data: bytes):
         return [], None, []
     sheet, rows = first
     formulas = []
-    if any(v is None for _, r in rows for v in r):  # only then is the sheet read again, formulas as written
+    if any(v is None for _, r in rows for v in r):  # read again, formulas as written (no empty cell: none hides)
         raw = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=False)
         try:
             ws = raw.worksheets[sheet]

@@ -123,7 +123,8 @@ class PrecodeJob:
             db.close()
             before, now = json.loads(had[0]), json.loads(key)
             what = {"engine": "other engine options", "files": "the vocabulary / model files changed since",
-                    "k": f"--k {before.get('k')}", "document": f"document column {before.get('document')!r}, now {now.get('document')!r}"}
+                    "k": f"--k {before.get('k')}",
+                    "document": f"document column {before.get('document')!r}, now {now.get('document')!r}"}
             differ = "; ".join(w for k, w in what.items() if before.get(k) != now.get(k))
             raise DataFormatError(self.work, None, f"coded with other settings ({differ}); run with --restart to "
                                                    "code everything again with these, or pick another --output")
