@@ -239,7 +239,7 @@ def test_a_retried_suggestion_write_keeps_what_the_caller_wrote_before(setup, mo
     from db.models import Mention
     from termnorm.engine import Engine
 
-    url, ids, bid = setup["url"], setup["ids"], setup["bid"]
+    url, ids = setup["url"], setup["ids"]
     real, calls = sug_mod._store, []
 
     def deadlock_once(*a, **kw):
