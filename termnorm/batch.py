@@ -264,8 +264,9 @@ class PrecodeJob:
         if self.stats["skipped"]:
             os.replace(self.work / "bad_rows.csv", self.bad_path)
             self.stats["bad_rows_file"] = str(self.bad_path)
-        elif self.bad_path.exists():
-            self.bad_path.unlink()  # an earlier run's report of rows that are fine now
+        else:
+            (self.work / "bad_rows.csv").unlink()  # an empty report is no report
+            self.bad_path.unlink(missing_ok=True)  # an earlier run's report of rows that are fine now
 
     def _write_chunk(self, db, chunk, writer, bad) -> int:
         texts = sorted({key for r, key in chunk if not r.problem})

@@ -63,7 +63,7 @@ def test_a_file_larger_than_a_chunk_is_streamed_every_row_written_each_string_co
     for m, terms, conf in zip(first["mention"], first["chosen_terms"], first["confidence"]):
         s = eng.suggest(m, k=5)
         assert terms == " ## ".join(s.chosen) and abs(float(conf) - s.confidence) < 1e-9
-    assert not (tmp_path / "out.csv.bad_rows.csv").exists()
+    assert not (tmp_path / "out.csv.bad_rows.csv").exists() and not (tmp_path / "out.csv.work" / "bad_rows.csv").exists()
     # a second file with the same engine codes only the strings it has not seen
     write_csv(tmp_path / "in2.csv", rows[:100] + [("new", "腹腔镜下阑尾切除术 新")])
     os.rename(tmp_path / "out.csv.work", tmp_path / "out2.csv.work")
