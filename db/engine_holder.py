@@ -17,7 +17,7 @@ from db.suggestions import PRECODED
 from termnorm import reading
 from termnorm.engine import Engine, demo_mentions, demo_vocabulary
 from termnorm.records import Candidate, KeywordSpan, Suggestion
-from termnorm.text.normalize import normalize
+from termnorm.text.normalize import char_bigrams, normalize
 
 DEMO_SETS = ("procedures", "diagnoses")
 DEMO_USER = "demo"
@@ -96,7 +96,7 @@ class EngineHolder:
             return False
         if not self._log or self._log[0][0] > revision + 1:  # older entries were dropped: assume changed
             return True
-        mine = _bigrams(normalize(text))
+        mine = char_bigrams(normalize(text))
         for rev, theirs in reversed(self._log):
             if rev <= revision:
                 return False
@@ -157,7 +157,7 @@ class EngineHolder:
     def _learnt(self, text: str) -> None:
         self.revision += 1
         self._learned[normalize(text)] = self.revision
-        self._log.append((self.revision, _bigrams(normalize(text))))
+        self._log.append((self.revision, char_bigrams(normalize(text))))
         if len(self._log) > LOG_SIZE:
             del self._log[:len(self._log) - LOG_SIZE]
 
@@ -180,10 +180,6 @@ class EngineHolder:
 SIMILAR_BIGRAMS = 0.34
 #: Learnt texts remembered for that check (older suggestions are redone).
 LOG_SIZE = 5000
-
-
-def _bigrams(text: str) -> frozenset[str]:
-    return frozenset(text[i:i + 2] for i in range(len(text) - 1)) or frozenset([text])
 
 
 def build_holder(url: str, vocabulary_id: int, version: str | None = None, edition: int | None = None) -> EngineHolder:

@@ -16,7 +16,7 @@ import threading
 from collections import Counter
 
 from termnorm.rank.hierarchy import categories
-from termnorm.text.normalize import normalize
+from termnorm.text.normalize import char_bigrams, normalize
 
 #: Coded mentions of one term compared with the mention to find the most similar one (the latest ones).
 NEAREST_OF = 300
@@ -29,10 +29,6 @@ SHARED_SHOWN = 3
 #: 电切术 -> 切除术 2.0, 肿瘤 -> 病损 1.7 on the demo model; 肿物 -> 活组织检查 1.5, a coding habit, not a synonym).
 REWRITE_SHOWN = 1.5
 _LOCK = threading.Lock()
-
-
-def _bigrams(s: str) -> set[str]:
-    return {s[i:i + 2] for i in range(len(s) - 1)} or {s}
 
 
 def _similarity(a: set[str], b: set[str]) -> float:
@@ -88,7 +84,7 @@ def _best_surface(engine, term: str, grams: set[str], text: str) -> str | None:
             return f"{'name' if f == term else 'synonym “' + f + '”'} as written"
     if len(forms) == 1:
         return None
-    scored = [(_similarity(grams, _bigrams(normalize(f))), i) for i, f in enumerate(forms)]
+    scored = [(_similarity(grams, char_bigrams(normalize(f))), i) for i, f in enumerate(forms)]
     best, i = max(scored)
     return f"synonym “{forms[i]}”" if i and best > scored[0][0] else None
 
@@ -148,7 +144,7 @@ def evidence(engine, read: str, candidates, read_spans=None) -> list[list[str]]:
     the engine read it (abbreviations spelled out), ``read_spans`` its keywords (tagged here if not given)."""
     c = counts(engine)
     text = normalize(read)
-    grams = _bigrams(text)
+    grams = char_bigrams(text)
     spans = engine.tag(read) if read_spans is None else read_spans
     out = []
     for cand in candidates:
@@ -157,7 +153,7 @@ def evidence(engine, read: str, candidates, read_spans=None) -> list[list[str]]:
         why: list[str] = []
         if uses:
             why.append(f"coded {uses}×")
-            sim, near = max((_similarity(grams, _bigrams(normalize(t))), t) for t in c.texts[term][-NEAREST_OF:])
+            sim, near = max((_similarity(grams, char_bigrams(normalize(t))), t) for t in c.texts[term][-NEAREST_OF:])
             if normalize(near) == text:
                 why.append("as written before")
             elif sim >= LIKE:

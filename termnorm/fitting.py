@@ -20,7 +20,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from termnorm import reading
-from termnorm.rank.synthetic import SyntheticMention
+from termnorm.rank.synthetic import SyntheticMention, synthetic_mentions
 from termnorm.recall.strategies import history_strategies
 from termnorm.records import LabelledMention
 from termnorm.text.normalize import normalize
@@ -80,8 +80,6 @@ def ranker_training_data(engine: Engine, train: list[LabelledMention], folds: in
     train = reading.read_labelled(engine, [m for m in train if m.terms])
     real = train
     if synthetic:
-        from termnorm.rank.synthetic import synthetic_mentions
-
         train = train + synthetic_mentions(engine, train, synthetic, seed)
     splits, scorer, surface_s = [], None, 0.0
     for r in range(bag):

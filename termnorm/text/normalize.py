@@ -273,6 +273,15 @@ def _pipeline(w):
     return w
 
 
+def char_bigrams(text: str) -> frozenset[str]:
+    """The text's character bigrams (a one-character text: itself), what similar-mention checks compare.
+
+    >>> sorted(char_bigrams("胆囊切除")), char_bigrams("x")
+    (['切除', '囊切', '胆囊'], frozenset({'x'}))
+    """
+    return frozenset(text[i:i + 2] for i in range(len(text) - 1)) or frozenset([text])
+
+
 def normalize(text: str) -> str:
     """Canonical form used for matching (see the module docstring for the steps).
 
