@@ -22,10 +22,12 @@ from db.models import (
 
 
 # ================================================================ reporting / export
+# new columns go last, so readers by position keep working: ``source_row``, the mention's row in the file it
+# was imported from (a data team's key back to its rows); ``document``, the note or abstract it was read in
 DECISION_COLUMNS = ["decision_id", "batch_id", "batch", "vocabulary", "mention_id", "position", "mention", "action",
                     "terms", "codes", "term_ids", "code_system", "edition", "relationship", "review_status",
                     "reviewed_by", "reviewed_at", "review_note", "user", "at", "seconds", "comment",
-                    "model_version", "suggested", "confidence", "gold_terms", "is_latest"]
+                    "model_version", "suggested", "confidence", "gold_terms", "is_latest", "source_row", "document"]
 
 
 def code_system(name: str, system_uri: str = "") -> str:
@@ -66,7 +68,8 @@ def decisions_frame(s: Session, batch_id: int | None = None, history: bool = Fal
         data.append([d.id, m.batch_id, bname, vname, m.id, m.position, m.text, d.action, list(d.terms),
                      codes, list(d.term_ids or []), code_system(vname, uri), edition, d.relationship or "",
                      d.review_status, rname or "", d.reviewed_at, d.review_note or "", uname, d.at, d.seconds,
-                     d.comment, d.model_version, list(chosen or []), conf, list(m.gold_terms or []), d.is_latest])
+                     d.comment, d.model_version, list(chosen or []), conf, list(m.gold_terms or []), d.is_latest,
+                     m.source_row, m.document or ""])
     return pd.DataFrame(data, columns=DECISION_COLUMNS)
 
 

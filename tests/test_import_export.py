@@ -476,6 +476,30 @@ def test_exported_formula_cells_import_back_as_written(db, tmp_path):
     assert good[0].text == "'=a"
 
 
+
+def test_an_export_carries_each_mention_s_source_row_and_note_back(db, tmp_path):
+    """A data team joins decisions back to its rows by the row of the imported file; the note a mention was
+    read in goes with it, and an exported file imports again with its notes."""
+    s, vid = db
+    note = "患者因经皮冠状动脉介入治疗（PCI）术后复查入院，\"再次\"评估。"
+    path = tmp_path / "notes.csv"
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        csv.writer(f).writerows([["mention", "病历"], ["PCI术后", note], ["", ""], ["胆囊切除", ""]])
+    rep = S.import_mentions(s, path, "notes", vid)
+    ms = S.mentions(s, rep.batch_id)
+    for m, terms in zip(ms, (["阑尾切除术"], ["胆囊切除术"])):
+        S.record_decision(s, m["id"], "alice", "correct", terms)
+    df = pd.read_csv(io.BytesIO(S.export_decisions(s, rep.batch_id, "csv")), keep_default_na=False)
+    assert list(df["source_row"]) == [2, 4]  # row 3 (an empty mention) was reported, not imported
+    assert list(df["document"]) == [note, ""]
+    recs = [json.loads(ln) for ln in S.export_decisions(s, rep.batch_id, "jsonl").decode().splitlines()]
+    assert [(r["source_row"], r["document"]) for r in recs] == [(2, note), (4, "")]
+    (tmp_path / "export.csv").write_bytes(S.export_decisions(s, rep.batch_id, "csv"))
+    again = S.import_mentions(s, tmp_path / "export.csv", "again", vid)
+    back = S.mentions(s, again.batch_id)
+    assert S.mention_documents(s, [m["id"] for m in back]) == {back[0]["id"]: note}
+
+
 # ------------------------------------------------------------------ export
 @pytest.fixture
 def decided(db):
