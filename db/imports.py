@@ -254,48 +254,32 @@ def _one_row(cells: list[str], continuation, col: int, tcol: int | None, width: 
 
 def _xlsx_rows(data: bytes):
     """(rows, header problem, formula cells): the rows of the first sheet with a mention column (else the first
-    sheet). A cell holding a formula without a saved value (a note typed "=== 出院小结" that a tool stored as a
-    formula) reads as None in the saved values: its formula text is kept instead, and (row, column) listed."""
+    sheet), read by termnorm.batch_io.xlsx_rows. A cell holding a formula without a saved value (a note typed
+    "=== 出院小结" that a tool stored as a formula) keeps its text, and its (row, column) is listed."""
     import openpyxl
+    from openpyxl.utils import get_column_letter
+
+    from termnorm.batch_io import xlsx_rows
 
     try:
         wb = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
     except (zipfile.BadZipFile, KeyError, OSError, ValueError) as e:
         return [], f"not a readable XLSX workbook ({type(e).__name__}: {e})", []
+    sheet = 0
     try:
-        first = None
-        for i, ws in enumerate(wb.worksheets):
+        for i, ws in enumerate(wb.worksheets):  # a sheet's header is its first row with text
             ws.reset_dimensions()  # some writers store wrong dimensions; read every row
-            rows = [(n, list(r)) for n, r in enumerate(ws.iter_rows(values_only=True), start=1)]
-            header = next((c for _, c in ((n, [cell_text(v) for v in r]) for n, r in rows) if any(c)), [])
-            if find_column(header, MENTION_COLUMNS) is not None:
-                first = (i, rows)
+            texts = ([cell_text(v) for v in r] for r in ws.iter_rows(values_only=True))
+            if find_column(next((c for c in texts if any(c)), []), MENTION_COLUMNS) is not None:
+                sheet = i
                 break
-            first = first or (i, rows)
     finally:
         wb.close()
-    if first is None:
-        return [], None, []
-    sheet, rows = first
-    formulas = []
-    if any(v is None for _, r in rows for v in r):  # read again, formulas as written (no empty cell: none hides)
-        raw = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=False)
-        try:
-            ws = raw.worksheets[sheet]
-            ws.reset_dimensions()
-            for (n, r), written in zip(rows, ws.iter_rows(values_only=True)):
-                for j, (v, w) in enumerate(zip(r, written)):
-                    if v is None and isinstance(w, str) and w.startswith("="):
-                        r[j] = w
-                        formulas.append((n, j))
-        finally:
-            raw.close()
-    from openpyxl.utils import get_column_letter
-
-    out = [(n, [cell_text(v) for v in r]) for n, r in rows]
+    rows = list(xlsx_rows(data, sheet, reset=True))
+    out = [(n, [cell_text(v) for v in r]) for n, r, _ in rows]
     header = next((c for _, c in out if any(c)), [])
     named = [(n, get_column_letter(j + 1) + (f" ({header[j]})" if j < len(header) and header[j] else ""))
-             for n, j in formulas]
+             for n, _, at in rows for j in at]
     return out, None, named
 
 

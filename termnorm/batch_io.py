@@ -8,6 +8,7 @@ Every writer takes rows chunk by chunk. Formats by extension: .csv .tsv .txt .js
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,37 +159,64 @@ def _read_jsonl(path, fmt, column, keep, header):
             yield _checked(InputRow(line_no, _text(obj[name]).strip(), {k: _text(obj.get(k)) for k in keep}))
 
 
-def _read_xlsx(path, fmt, column, keep, header):
-    """The first sheet's rows. A cell holding a formula without a saved value (text typed starting with "=",
-    which writers store as a formula) reads as empty among the saved values: its formula text is read instead,
-    counted in the row's ``formulas``. The sheet is streamed twice side by side (saved values, formulas)."""
+def xlsx_rows(source, sheet: int = 0, reset: bool = False) -> Iterator[tuple[int, list, list[int]]]:
+    """``(row number, cells, formula columns)`` of one sheet of an XLSX file (a path or its bytes), streamed.
+    A cell holding a formula without a saved value (text typed starting with "=", which writers store as a
+    formula) reads as empty among the saved values: its formula text is read instead and its 0-based column
+    listed. openpyxl gives saved values or formulas, not both: the sheet is streamed twice side by side.
+    ``reset``: read every row whatever dimensions the writer stored. Raises what openpyxl raises on a
+    damaged file (zipfile / KeyError / InvalidFileException)."""
+    import io
+
     import openpyxl
 
+    def book(data_only):
+        return openpyxl.load_workbook(io.BytesIO(source) if isinstance(source, bytes) else source,
+                                      read_only=True, data_only=data_only)
+
+    wb = book(True)
     try:
-        wb = openpyxl.load_workbook(path, read_only=True, data_only=True)
-        raw = openpyxl.load_workbook(path, read_only=True, data_only=False)
-    except Exception as e:  # openpyxl raises zipfile / KeyError / InvalidFileException on a damaged file
-        raise DataFormatError(path, None, f"not a readable XLSX workbook ({type(e).__name__}: {e})") from None
+        raw = book(False)
+    except Exception:
+        wb.close()
+        raise
     try:
-        cols = None
-        pairs = zip(wb.worksheets[0].iter_rows(values_only=True), raw.worksheets[0].iter_rows(values_only=True))
+        ws, written_ws = wb.worksheets[sheet], raw.worksheets[sheet]
+        if reset:
+            ws.reset_dimensions()
+            written_ws.reset_dimensions()
+        pairs = zip(ws.iter_rows(values_only=True), written_ws.iter_rows(values_only=True))
         for row_no, (cells, written) in enumerate(pairs, 1):
-            cells, n = list(cells), 0
+            cells, at = list(cells), []
             for j, (v, w) in enumerate(zip(cells, written)):
                 if v is None and isinstance(w, str) and w.startswith("="):
-                    cells[j], n = w, n + 1
-            if cols is None:
-                cols = _Columns(path, cells if header else None, column, keep)
-                if header:
-                    continue
-            if all(c is None or not str(c).strip() for c in cells):
-                continue
-            r = cols.row(row_no, cells)
-            r.formulas = n
-            yield r
+                    cells[j] = w
+                    at.append(j)
+            yield row_no, cells, at
     finally:
         wb.close()
         raw.close()
+
+
+def _read_xlsx(path, fmt, column, keep, header):
+    """The first sheet's rows (:func:`xlsx_rows`: formula cells without a saved value read as their text,
+    counted in the row's ``formulas``)."""
+    rows = xlsx_rows(path)
+    try:
+        first = next(rows, None)  # the workbook opens here
+    except Exception as e:  # openpyxl raises zipfile / KeyError / InvalidFileException on a damaged file
+        raise DataFormatError(path, None, f"not a readable XLSX workbook ({type(e).__name__}: {e})") from None
+    cols = None
+    for row_no, cells, at in itertools.chain([first] if first else [], rows):
+        if cols is None:
+            cols = _Columns(path, cells if header else None, column, keep)
+            if header:
+                continue
+        if all(c is None or not str(c).strip() for c in cells):
+            continue
+        r = cols.row(row_no, cells)
+        r.formulas = len(at)
+        yield r
 
 
 def _read_parquet(path, fmt, column, keep, header):
