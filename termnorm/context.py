@@ -45,11 +45,44 @@ def _latin_definitions(document: str) -> dict[str, str]:
     quiet = logging.getLogger().manager.disable
     logging.disable(logging.WARNING)  # the package logs every sentence it cannot parse
     try:
-        pairs = schwartz_hearst.extract_abbreviation_definition_pairs(
-            doc_text=document.replace("（", "(").replace("）", ")"), most_common_definition=True)
+        text = _LAST_ITEM.sub(r"(\2)", document.replace("（", "(").replace("）", ")"))
+        pairs = schwartz_hearst.extract_abbreviation_definition_pairs(doc_text=text, most_common_definition=True)
     finally:
         logging.disable(quiet)
-    return {s: " ".join(long.split()) for s, long in pairs.items() if 2 <= len(s) <= MAX_SHORT and len(long) > len(s)}
+    out = {s: " ".join(long.split()) for s, long in pairs.items() if 2 <= len(s) <= MAX_SHORT and len(long) > len(s)}
+    for short, long in _initials_definitions(text).items():
+        # Schwartz-Hearst keeps the shortest long form that spells the short form, even inside a word:
+        # "attenuated adenomatous polyposis coli (AAPC)" gives AAPC = "adenomatous polyposis coli"
+        if short not in out or long.lower().endswith(" " + out[short].lower()):
+            out[short] = long
+    return out
+
+
+#: A bracket whose last item is a short form (two capitals at least): "(Krabbe disease; AO-GLD)" is read as
+#: "(AO-GLD)", the only form Schwartz-Hearst knows
+_LAST_ITEM = re.compile(r"[(]([^()]*?[;,]\s*)([A-Za-z0-9-]*[A-Z][A-Za-z0-9-]*[A-Z][A-Za-z0-9-]*)\s*[)]")
+_BRACKET_SHORT = re.compile(r"[(]\s*([A-Za-z][A-Za-z0-9-]{1,11})\s*[)]")
+
+
+def _initials_definitions(document: str) -> dict[str, str]:
+    """Short forms whose every letter starts one of the words right before their bracket ("attenuated
+    adenomatous polyposis coli (AAPC)"): the long form Schwartz-Hearst cuts short. Hyphens part words."""
+    out: dict[str, str] = {}
+    for m in _BRACKET_SHORT.finditer(document):
+        short = m.group(1)
+        letters = [c.lower() for c in short if c.isalpha()]
+        if len(letters) < 2 or not any(c.isupper() for c in short):
+            continue
+        before = document[:m.start()]
+        words = list(re.finditer(r"[A-Za-z][A-Za-z0-9']*", before[-200:]))
+        if len(words) < len(letters):
+            continue
+        span = words[-len(letters):]
+        gap = before[-200:][span[0].start():]
+        if [w.group()[0].lower() for w in span] != letters or re.search(r"[.;:()\[\]]", gap):
+            continue
+        out.setdefault(short, " ".join(gap.split()))
+    return out
 
 
 def defined_abbreviations(document: str, known: frozenset[str] | None = None) -> dict[str, str]:

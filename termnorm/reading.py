@@ -78,7 +78,17 @@ def read_labelled(engine, mentions) -> list:
     out = []
     for m in mentions:
         read = in_document(engine, m.text, getattr(m, "document", ""))
-        out.append(m if read == m.text else replace(m, text=read))
+        out.append(m if read == m.text else replace(m, text=read, written=m.written or m.text))
+    return out
+
+
+def sieve_of(history) -> dict[str, list[str]]:
+    """The sieve's exact answers, ``{normalized coded text: terms}``: the latest coding of a text wins, and a
+    mention coded as written wins over one read in its document. An "AAPC" read as "adenomatous polyposis
+    coli" and coded *attenuated* FAP must not answer the 20 mentions coders wrote that way and coded FAP."""
+    out: dict[str, list[str]] = {}
+    for m in [*(m for m in history if m.written), *(m for m in history if not m.written)]:
+        out[normalize(m.text)] = list(m.terms)
     return out
 
 

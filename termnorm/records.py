@@ -17,6 +17,7 @@ class LabelledMention:
     terms: list[str]
     row: int | None = None  # 1-based row / item in the source file
     document: str = ""  # the text the mention was found in (a PubTator title + abstract), "" if none
+    written: str = ""  # the mention as written when ``text`` is its reading in ``document`` (termnorm.reading)
 
 
 @dataclass
