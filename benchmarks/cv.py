@@ -17,6 +17,14 @@
 ``--update`` replaces the measured rows in ``--out`` and keeps its other rows, provided the file's
 ``shipped`` row is the one just measured (same accuracy per fold); otherwise it stops without writing.
 
+``--against FILE`` compares every row with another run's ``shipped`` row (``FILE:ROW`` for another row),
+mention by mention (each row stores its ``answers``). To compare two commits, run this script in a checkout
+of the older one first (a copy of this file where that commit's lacks ``answers``)::
+
+    git worktree add ../before <commit> && cp benchmarks/cv.py ../before/benchmarks/
+    (cd ../before && python3 benchmarks/cv.py --sets ncbi --rows shipped --out /tmp/before.json)
+    python3 benchmarks/cv.py --sets ncbi --rows shipped --against /tmp/before.json --out ...
+
 Why: on the 1,000 Yidu-N7K val mentions one accuracy figure has a sampling
 error of about one point (sqrt(0.88 * 0.12 / 1000)), and two ranker
 settings that score alike still disagree on ~3% of the mentions, so a
@@ -273,9 +281,31 @@ def summarize(folds: list[dict]) -> dict:
             "right_only_in_shipped": vs_shipped["right_only_there"], "sign_test_p": vs_shipped["sign_test_p"],
             "ranker_fit_and_predict_seconds": round(sum(f["rows"][row]["seconds"] for f in folds), 1),
             "by_familiarity": _by_familiarity(right, ref, bucket),
-            "pairwise": {other: sign_test(right, r) for other, r in right_of.items() if other != row}}
+            "pairwise": {other: sign_test(right, r) for other, r in right_of.items() if other != row},
+            # per test mention in fold order, 1 right: what --against compares across commits
+            "answers": "".join("1" if x else "0" for x in right)}
     return {"mentions": int(len(ref)), "folds": [{k: f[k] for k in ("fold", "train", "test", "candidates_seconds")}
-                                                 for f in folds], "rows": rows}
+                                                 for f in folds], "rows": rows,
+            "familiarity": [str(b) for b in bucket]}
+
+
+def against(res: dict, other: dict, other_row: str = "shipped") -> dict:
+    """Each row of ``res`` against ``other_row`` of ``other`` (the same set measured by another checkout, its
+    ``answers`` on the same mentions in the same order): accuracy both, the sign test overall and by familiarity."""
+    theirs = other["rows"][other_row].get("answers")
+    if not theirs or len(theirs) != res["mentions"]:
+        raise SystemExit(f"--against: its row {other_row!r} has no answers for these {res['mentions']} mentions "
+                         "(measure it with this script, same set and folds)")
+    ref = np.array([c == "1" for c in theirs])
+    bucket = np.array(res["familiarity"], dtype=object)
+    out = {}
+    for row, r in res["rows"].items():
+        right = np.array([c == "1" for c in r["answers"]])
+        t = sign_test(right, ref)
+        out[row] = {"accuracy": r["accuracy"], "against_accuracy": round(float(ref.mean()), 4),
+                    "right_only_here": t["right_only_here"], "right_only_there": t["right_only_there"],
+                    "sign_test_p": t["sign_test_p"], "by_familiarity": _by_familiarity(right, ref, bucket)}
+    return out
 
 
 def main(argv=None) -> int:
@@ -295,6 +325,9 @@ def main(argv=None) -> int:
                     help="only write each outer fold's training file to DIR/fold{k}/train.xlsx and stop")
     ap.add_argument("--update", action="store_true",
                     help="keep --out's other rows (its shipped row must match the one measured now)")
+    ap.add_argument("--against", metavar="FILE[:ROW]",
+                    help="also compare every row with ROW (default shipped) of FILE, an earlier result of this "
+                         "script on the same set (another commit: see the module docstring), by the sign test")
     args = ap.parse_args(argv)
     from tqdm import tqdm
 
@@ -335,6 +368,17 @@ def main(argv=None) -> int:
                   + "   micro-F1 " + " ".join(f"{v:.3f}" for v in r["per_fold_micro_f1"].values())
                   + "   " + " ".join(f"{b}: {v['accuracy']:.3f} (n={v['n']}, p={v['sign_test_p']:.3f})"
                                      for b, v in r["by_familiarity"].items()), flush=True)
+        if args.against:
+            path, _, other_row = args.against.partition(":")
+            other = json.loads(Path(path).read_text(encoding="utf-8"))["results"][name]
+            res["against"] = {"file": path, "row": other_row or "shipped",
+                              "rows": against(res, other, other_row or "shipped")}
+            for row, a in res["against"]["rows"].items():
+                print(f"  {row} against {path}:{other_row or 'shipped'}: {a['accuracy']:.4f} vs "
+                      f"{a['against_accuracy']:.4f}, right only here {a['right_only_here']}, only there "
+                      f"{a['right_only_there']}, sign test p {a['sign_test_p']:.4f}; "
+                      + " ".join(f"{b}: {v['accuracy']:.3f} (p={v['sign_test_p']:.3f})"
+                                 for b, v in a["by_familiarity"].items()))
         others = [row for row in res["rows"] if row != "shipped"]
         for i, a in enumerate(others):
             for b in others[i + 1:]:
