@@ -16,3 +16,6 @@ class DataFormatError(ValueError):
         self.problem = problem
         where = f"{self.path}, row {row}" if row is not None else self.path
         super().__init__(f"{where}: {problem}")
+
+    def __reduce__(self):  # a worker process (Ray, a process pool) sends it back pickled: keep its three fields
+        return type(self), (self.path, self.row, self.problem)

@@ -382,3 +382,22 @@ def test_keyword_errors(tmp_path):
     (tmp_path / "abbreviations.json").write_text(json.dumps({"copd": "慢阻肺"}), encoding="utf-8")
     kw = load_keywords(tmp_path)
     assert kw == {"site": [], "type": ["切除术"], "approach": [], "abbreviations": {"copd": "慢阻肺"}}
+
+
+def _bad_file_in_a_worker(path):
+    return load_labelled(path)
+
+
+def test_a_data_error_raised_in_a_worker_process_comes_back_whole(tmp_path):
+    """Ray actors and process pools send exceptions back pickled: the file, row and problem must survive
+    (without them the parent got "DataFormatError.__init__() missing 2 required positional arguments")."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    bad = tmp_path / "train.json"
+    bad.write_text("[{\"text\": 1}", encoding="utf-8")
+    with pytest.raises(DataFormatError) as here:
+        load_labelled(bad)
+    with ProcessPoolExecutor(max_workers=1) as pool, pytest.raises(DataFormatError) as there:
+        pool.submit(_bad_file_in_a_worker, bad).result()
+    assert (there.value.path, there.value.row, str(there.value)) == (here.value.path, here.value.row,
+                                                                      str(here.value))
