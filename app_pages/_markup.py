@@ -85,18 +85,26 @@ def _agree(m: KeywordSpan, t: KeywordSpan, same) -> bool:
     return m.kind == t.kind and (keyword_key(m) == keyword_key(t) or (same is not None and same(m.text, t.text)))
 
 
+def _nested_sites(m: KeywordSpan, t: KeywordSpan) -> bool:
+    """Two site keywords one of which holds the other (乳 / 乳房, 宫颈 / 子宫颈, 脑室 / 侧脑室): the same place
+    named more or less exactly, not a different one. Types are not read so: 次全切除术 holds 全切除术."""
+    a, b = keyword_key(m), keyword_key(t)
+    return m.kind == t.kind == "site" and (a in b or b in a)
+
+
 def compare_keywords(mention_spans: list[KeywordSpan], term_spans: list[KeywordSpan],
                      same=None) -> list[str | None]:
     """Per keyword of a candidate term: ``"match"``, ``"mismatch"`` or None (nothing to compare).
 
     A keyword matches when the mention has a keyword of the same kind that agrees with it (:func:`_agree`); it
-    mismatches when the mention has keywords of that kind, none agreeing, and the kind is one of
-    :data:`MISMATCH_KINDS` (a different site or type usually means a different code).
+    mismatches when the mention has keywords of that kind, none agreeing or nested in it (:func:`_nested_sites`:
+    neither mark), and the kind is one of :data:`MISMATCH_KINDS` (a different site or type usually means a
+    different code).
     """
     out: list[str | None] = []
     for t in term_spans:
         kin = [m for m in mention_spans if m.kind == t.kind]
-        if not kin:
+        if not kin or any(_nested_sites(m, t) for m in kin) and not any(_agree(m, t, same) for m in kin):
             out.append(None)
         elif any(_agree(m, t, same) for m in kin):
             out.append("match")
@@ -113,7 +121,7 @@ def missing_keywords(mention_spans: list[KeywordSpan], term_spans: list[KeywordS
     seen, out = set(), []
     for m in mention_spans:
         key = (m.kind, keyword_key(m))
-        held = any(t.kind == m.kind and keyword_key(m) in keyword_key(t) for t in term_spans)
+        held = any(t.kind == m.kind and keyword_key(m) in keyword_key(t) or _nested_sites(m, t) for t in term_spans)
         if m.kind in MISMATCH_KINDS and key not in seen and not held and not any(_agree(m, t, same)
                                                                                  for t in term_spans):
             seen.add(key)
