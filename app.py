@@ -34,7 +34,7 @@ if signed_in:
 with _ui.session() as s:
     vocabs = services.vocabularies(s)
     vocab_ids = [v["id"] for v in vocabs]
-    vocab_names = {v["id"]: f'{v["name"]} ({v["n_terms"]} terms)' for v in vocabs}
+    vocab_names = _ui.distinct({v["id"]: f'{v["name"]} ({v["n_terms"]} terms)' for v in vocabs})
     # a link ...?batch=<id> (or ?vocabulary=<id>) opens that batch and its vocabulary in a new session: a reload
     # or a bookmark returns to the work on screen, which the address always names (below)
     if "batch_id" not in st.session_state and st.query_params.get("batch", "").isdigit():
@@ -83,7 +83,7 @@ with st.sidebar:
         with _ui.session() as s:
             batch_list = services.batches(s, ss["vocabulary_id"])
         batch_ids = [b["id"] for b in batch_list]
-        labels = {b["id"]: f'{b["name"]} · {b["n_done"]}/{b["n_mentions"]}' for b in batch_list}
+        labels = _ui.distinct({b["id"]: f'{b["name"]} · {b["n_done"]}/{b["n_mentions"]}' for b in batch_list})
         if ss.get("batch_id") not in batch_ids:
             ss["batch_id"] = batch_ids[0] if batch_ids else None
         if batch_ids:

@@ -72,6 +72,17 @@ def esc(text: str) -> str:
     return html.escape(" ".join(str(text).splitlines()), quote=True)
 
 
+def distinct(labels: dict) -> dict:
+    """``labels`` with every label two or more keys share followed by `` · #key``. Streamlit keeps a select
+    box's choice by its label, so options labelled alike are one option: a second batch named like the first
+    (a monthly file imported under its file name) could not be picked, and a decision's rerun moved the coder
+    to it."""
+    from collections import Counter
+
+    count = Counter(labels.values())
+    return {k: f"{v} · #{k}" if count[v] > 1 else v for k, v in labels.items()}
+
+
 def keyword_key(span: KeywordSpan) -> str:
     """What two keywords must share to be "the same": normalized text, a type without its
     trailing 术 (mentions write 切除 / 探查 / 清扫 where terms write 切除术 / 探查术 / 清扫术)."""

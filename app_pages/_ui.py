@@ -22,6 +22,7 @@ from db.engine_holder import build_holder as build_holder, seed_demo as seed_dem
 from db.engine_holder import prepare_in_background as prepare_in_background  # noqa: F401
 from app_pages._markup import CSS as CSS, candidate_table_html as candidate_table_html  # noqa: F401 - the pages' markup
 from app_pages._markup import code_cell as code_cell, compare_keywords as compare_keywords  # noqa: F401
+from app_pages._markup import distinct as distinct  # noqa: F401
 from app_pages._markup import confidence_badge as confidence_badge, esc as esc, highlight_html as highlight_html  # noqa: F401
 from app_pages._markup import legend_html as legend_html, md as md, missing_keywords as missing_keywords  # noqa: F401
 

@@ -36,8 +36,8 @@ if ss.get("adj_task") not in ids:
     ss["adj_task"] = next((t["id"] for t in tasks if t["n_to_adjudicate"]), ids[-1])
 top = st.columns([3, 1.2], vertical_alignment="bottom")
 task_id = top[0].selectbox("Gold task", ids, key="adj_task",
-                           format_func={t["id"]: f'{t["name"]} · {t["n_to_adjudicate"]} to adjudicate'
-                                        for t in tasks}.get)
+                           format_func=_ui.distinct({t["id"]: f'{t["name"]} · {t["n_to_adjudicate"]} to adjudicate'
+                                                      for t in tasks}).get)
 show_all = top[1].toggle("Show adjudicated too", key="adj_all")
 t = next(x for x in tasks if x["id"] == task_id)
 holder = _ui.serving_holder(ctx.url, t["vocabulary_id"])
@@ -78,7 +78,8 @@ row_ids = rows["mention_id"].tolist()
 pick_key = f"adj_pick_{task_id}"
 if ss.get(pick_key) not in row_ids:
     ss[pick_key] = row_ids[0]
-labels = {r.mention_id: f"#{r.position} {r.mention}" + (" ✓" if r.gold else "") for r in rows.itertuples()}
+labels = _ui.distinct({r.mention_id: f"#{r.position} {r.mention}" + (" ✓" if r.gold else "")
+                       for r in rows.itertuples()})
 st.selectbox(f"Mention ({len(open_rows)} open, most contested first)", row_ids, key=pick_key, format_func=labels.get)
 row = rows[rows["mention_id"] == ss[pick_key]].iloc[0]
 mid = int(row["mention_id"])

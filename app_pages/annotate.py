@@ -33,7 +33,7 @@ if ss.get("an_task") not in ids:
     ss["an_task"] = next((t["id"] for t in tasks if t["n_done"] < t["n_assigned"]), ids[0])
 head = st.columns([3, 2], vertical_alignment="bottom")
 task_id = head[0].selectbox("Gold task", ids, key="an_task",
-                            format_func={t["id"]: f'{t["name"]} · {t["mode"]}' for t in tasks}.get)
+                            format_func=_ui.distinct({t["id"]: f'{t["name"]} · {t["mode"]}' for t in tasks}).get)
 task = next(t for t in tasks if t["id"] == task_id)
 holder = _ui.serving_holder(ctx.url, task["vocabulary_id"])
 
@@ -56,7 +56,7 @@ def answers_table() -> None:
                        "comment": m["comment"]} for m in done], hide_index=True, width="stretch")
         rc = st.columns([3, 1], vertical_alignment="bottom")
         pick = rc[0].selectbox("Revise the answer for", [m["mention_id"] for m in done], key=f"an_pick_{task_id}",
-                               format_func={m["mention_id"]: f'#{m["position"]} {m["text"]}' for m in done}.get)
+                               format_func=_ui.distinct({m["mention_id"]: f'#{m["position"]} {m["text"]}' for m in done}).get)
         if rc[1].button("Revise", key=f"an_revise_btn_{task_id}", width="stretch"):
             ss[revise_key] = pick
             st.rerun()

@@ -64,7 +64,7 @@ def empty(message: str) -> None:
 # ---------------------------------------------------------------- filters
 st.markdown("### Dashboards")
 f = st.columns([2.2, 1.6, 1.6], vertical_alignment="bottom")
-batch_labels = {None: "All batches"} | {b["id"]: b["name"] for b in batch_list}
+batch_labels = _ui.distinct({None: "All batches"} | {b["id"]: b["name"] for b in batch_list})
 batch_id = f[0].selectbox("Batch", list(batch_labels), format_func=batch_labels.get, key="dash_batch")
 file_gold = f[1].toggle("Also gold from imported files", key="dash_file_gold",
                         help="mentions imported with their gold terms (e.g. a CHIP-CDN dev file) count as gold "

@@ -69,7 +69,8 @@ with st.expander("New gold task", expanded=not tasks, icon=":material/add_task:"
             c = st.columns([2, 2])
             c[0].text_input("Task name", key="gt_name", placeholder="e.g. thyroid gold, May")
             c[1].selectbox("From batch", [b["id"] for b in batch_list], key="gt_batch",
-                           format_func={b["id"]: f'{b["name"]} ({b["n_mentions"]} mentions)' for b in batch_list}.get)
+                           format_func=_ui.distinct({b["id"]: f'{b["name"]} ({b["n_mentions"]} mentions)'
+                                                       for b in batch_list}).get)
             st.multiselect("Annotators", annotators, key="gt_annotators",
                            help="users with role annotator, lead or admin; mentions are shared out in rotation so "
                                 "each annotator and each pair gets the same share")
@@ -102,7 +103,7 @@ st.dataframe(overview, hide_index=True, width="stretch", column_config={
 ids = [t["id"] for t in tasks]
 if st.session_state.get("gt_selected") not in ids:
     st.session_state["gt_selected"] = ids[-1]
-task_id = st.selectbox("Task", ids, key="gt_selected", format_func={t["id"]: t["name"] for t in tasks}.get)
+task_id = st.selectbox("Task", ids, key="gt_selected", format_func=_ui.distinct({t["id"]: t["name"] for t in tasks}).get)
 t = next(x for x in tasks if x["id"] == task_id)
 
 with _ui.session() as s:

@@ -477,6 +477,21 @@ def test_the_address_names_the_batch_on_screen_so_a_reload_returns_to_it(db_url)
     assert not stale.sidebar.warning and stale.query_params["batch"] == str(bid)
 
 
+
+def test_two_batches_named_alike_stay_two_choices(db_url):
+    """Streamlit keeps a select box's choice by its label: the second "dup" batch (a monthly file imported
+    under its file name) took over the first's label, so opening the first showed the second after one rerun,
+    and the coder's decisions went to the other batch."""
+    start()
+    first = add_batch(db_url, ["胆囊切除术"], name="dup")
+    second = add_batch(db_url, ["阑尾切除术"], name="dup")
+    at = start(batch=first)
+    options = at.selectbox(key="_batch").options
+    assert f"dup · 0/1 · #{first}" in options and f"dup · 0/1 · #{second}" in options
+    rerun(at)
+    assert at.selectbox(key="_batch").value == first and at.query_params["batch"] == str(first)
+    assert latest(db_url, current_id(at))["text"] == "胆囊切除术"
+
 def test_correction_changes_the_suggestion_for_the_same_mention(db_url):
     start()
     text = "甲状腺肿物切除"
