@@ -17,7 +17,7 @@ or an :class:`ImportProblem` (file, row, problem) in the report, and bad rows
 never block good ones. What was changed in an imported row (control characters
 removed) is a notice. A wholly unreadable file gives one clear problem (row
 None), never an exception. Rows are counted as a person counts them:
-spreadsheet / CSV line numbers (header = row 1), the 1-based item number in a
+spreadsheet rows (header = row 1; a CSV row with a quoted multi-line note is one row, as in Excel), the 1-based item number in a
 JSON list, the line number in JSON lines.
 
 Spreadsheet text cells that would run as formulas are exported (``db.exports``)
@@ -186,12 +186,14 @@ def _decodes(b: bytes, enc: str) -> bool:
 
 
 def _csv_rows(data: bytes) -> tuple[list[tuple[int, list[str] | str]], set[int]]:
-    """(line number, cells or the row's problem) per row, and the lines that held NUL bytes.
+    """(row number, cells or the row's problem) per row, and the rows that held NUL bytes. Rows are numbered
+    as a spreadsheet shows the file (the header is row 1, a quoted note with line breaks is one row), so a
+    row named in the report, and the ``source_row`` exports carry, is the row a person finds in Excel.
 
     A stray ``"`` at the start of a cell opens a quoted cell that swallows the
     following lines into one record. So a record that spans several lines is
-    kept as one row (numbered by its first line: a quoted note with line breaks
-    in another column is legitimate) only when its mention and terms cells hold
+    kept as one row (a quoted note with line breaks in another column is
+    legitimate) only when its mention and terms cells hold
     no line break and none of its continuation lines reads, on its own, as a
     row of the file (as many cells as the header, a mention). Otherwise each of
     its physical lines is read on its own: the line whose quote never closes is
@@ -211,13 +213,14 @@ def _csv_rows(data: bytes) -> tuple[list[tuple[int, list[str] | str]], set[int]]
     if records is None or col is None:
         return per_line, nul_rows  # _from_table reports the header
     tcol = find_column(header, TERMS_COLUMNS)
-    out: list[tuple[int, list[str] | str]] = []
+    spans: list[tuple[range, list[str] | str]] = []  # the lines of each row, its cells
     for start, end, cells in records:
         if start == end or _one_row(cells, per_line[start:end], col, tcol, len(header)):
-            out.append((start, cells))
+            spans.append((range(start, end + 1), cells))
         else:
-            out.extend(per_line[start - 1:end])
-    return out, nul_rows
+            spans.extend((range(n, n + 1), c) for n, c in per_line[start - 1:end])
+    return ([(row, cells) for row, (_, cells) in enumerate(spans, start=1)],
+            {row for row, (lines_of, _) in enumerate(spans, start=1) if nul_rows.intersection(lines_of)})
 
 
 def _line_cells(line: str, delimiter: str) -> list[str] | str:

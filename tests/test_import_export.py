@@ -147,9 +147,9 @@ def test_the_document_of_each_mention_is_imported_with_it(db, tmp_path):
         w.writerows([["PCI术后", note], ["胆囊切除", ""], ["阑尾切除", "x" * (dbio.MAX_DOCUMENT_CHARS + 1)]])
     rep = S.import_mentions(s, path, "notes", vid)
     assert rep.errors == [] and rep.n_ok == 3 and adds_up(rep)
-    assert [(n.row, n.problem) for n in rep.notices] == [  # line 5: the note above spans lines 2-3
+    assert [(n.row, n.problem) for n in rep.notices] == [  # row 4 in Excel (the note above spans lines 2-3)
         (None, "documents read from column '病历': 1 of 3 imported rows have one"),
-        (5, f"document longer than {dbio.MAX_DOCUMENT_CHARS:,} characters (100,001): imported without it")]
+        (4, f"document longer than {dbio.MAX_DOCUMENT_CHARS:,} characters (100,001): imported without it")]
     ms = S.mentions(s, rep.batch_id)
     docs = S.mention_documents(s, [m["id"] for m in ms])
     assert docs == {ms[0]["id"]: note}  # line breaks inside the quoted note kept; empty / dropped: none
@@ -481,7 +481,7 @@ def test_an_export_carries_each_mention_s_source_row_and_note_back(db, tmp_path)
     """A data team joins decisions back to its rows by the row of the imported file; the note a mention was
     read in goes with it, and an exported file imports again with its notes."""
     s, vid = db
-    note = "患者因经皮冠状动脉介入治疗（PCI）术后复查入院，\"再次\"评估。"
+    note = "患者因经皮冠状动脉介入治疗（PCI）术后复查入院，\n\"再次\"评估。"  # a line break: still one row
     path = tmp_path / "notes.csv"
     with open(path, "w", encoding="utf-8", newline="") as f:
         csv.writer(f).writerows([["mention", "病历"], ["PCI术后", note], ["", ""], ["胆囊切除", ""]])
@@ -491,6 +491,8 @@ def test_an_export_carries_each_mention_s_source_row_and_note_back(db, tmp_path)
         S.record_decision(s, m["id"], "alice", "correct", terms)
     df = pd.read_csv(io.BytesIO(S.export_decisions(s, rep.batch_id, "csv")), keep_default_na=False)
     assert list(df["source_row"]) == [2, 4]  # row 3 (an empty mention) was reported, not imported
+    rows = pd.read_csv(path, keep_default_na=False)  # the rows as pandas / a spreadsheet count them
+    assert [rows["mention"][r - 2] for r in df["source_row"]] == list(df["mention"])
     assert list(df["document"]) == [note, ""]
     recs = [json.loads(ln) for ln in S.export_decisions(s, rep.batch_id, "jsonl").decode().splitlines()]
     assert [(r["source_row"], r["document"]) for r in recs] == [(2, note), (4, "")]
@@ -583,7 +585,8 @@ def test_a_quoted_note_with_line_breaks_is_one_row_but_a_stray_quote_in_it_is_no
     """A multi-line quoted note in another column is legitimate; the same quote left open swallows rows."""
     legit = "mention,terms,note\n甲状腺切除,甲状腺全部切除术,\"第一行\n第二行\"\n胆囊切除,胆囊切除术,\n"
     read = dbio.read_mentions_report(legit.encode(), name="notes.csv")
-    assert [(m.row, m.text) for m in read.good] == [(2, "甲状腺切除"), (4, "胆囊切除")] and not read.errors
+    # rows as a spreadsheet numbers them (the note spans lines 2-3 and is row 2): what source_row exports
+    assert [(m.row, m.text) for m in read.good] == [(2, "甲状腺切除"), (3, "胆囊切除")] and not read.errors
     assert read.n_read == 2
     stray = "mention,terms,note\n甲状腺切除,甲状腺全部切除术,\"坏\n胆囊切除,胆囊切除术,\n阑尾切除,阑尾切除术,\n"
     read = dbio.read_mentions_report(stray.encode(), name="notes.csv")
