@@ -82,11 +82,12 @@ def import_mentions(s: Session, path, batch_name: str, vocabulary_id: int,
     notices = sorted(read.notices + _unknown_gold_notices(s, vocabulary_id, read.file, read.good),
                      key=lambda n: n.row or 0)
     report = dbio.ImportReport(file=read.file, errors=read.errors, notices=notices,
-                               n_read=read.n_read, n_rejected=read.n_rejected)
+                               n_read=read.n_read, n_rejected=read.n_rejected, gold_from=read.gold_from)
     if read.good:
         report.batch_id = create_batch(s, batch_name, vocabulary_id, read.good, username=username,
                                        source_file=read.file)
         report.n_imported = len(read.good)
+        report.n_gold = sum(1 for m in read.good if m.terms)
     if report.errors or report.notices:
         user = acting_user(s, username) if username else None
         audit(s, user, "import_problems", "batch", report.batch_id,

@@ -73,6 +73,9 @@ class MentionsRead:
     errors: list[ImportProblem] = field(default_factory=list)
     notices: list[ImportProblem] = field(default_factory=list)
     n_read: int = 0  # data rows read (blank lines are not rows); each is in good or in errors
+    # where gold terms came from ("column 'terms'"), "" if no row has them: a re-imported export turns
+    # decisions into training and evaluation data, which the person importing must be told
+    gold_from: str = ""
 
     @property
     def n_rejected(self) -> int:
@@ -96,6 +99,8 @@ class ImportReport:
     notices: list[ImportProblem] = field(default_factory=list)
     # mentions made (a pre-coded file: one per distinct text, fewer than the rows; db.precoded), None: one per row
     n_mentions: int | None = None
+    gold_from: str = ""  # MentionsRead.gold_from
+    n_gold: int = 0  # imported rows with gold terms
 
     @property
     def n_ok(self) -> int:
@@ -229,25 +234,28 @@ def gold_terms(value, restore: bool) -> tuple[list[str], set[str]]:
     return split_terms(text), found
 
 
-def document_cell(value) -> tuple[str, str | None]:
-    """A document cell as text, and a notice when it cannot be used (the row is imported without it)."""
+def document_cell(value, restore: bool = False) -> tuple[str, str | None]:
+    """A document cell as text, and a notice when it cannot be used (the row is imported without it);
+    ``restore``: a spreadsheet's formula mark taken off, as from a mention (an exported note imports back)."""
     if value is None:
         return "", None
     if not isinstance(value, (str, int, float)) or isinstance(value, bool):
         return "", f"document is not text ({type(value).__name__}): imported without it"
-    text = _CONTROLS.sub("", cell_text(value).replace("\r\n", "\n").replace("\r", "\n"))  # its lines kept
+    text = cell_text(value)
+    text = _CONTROLS.sub("", (restore_formula(text) if restore else text).replace("\r\n", "\n").replace("\r", "\n"))
     if len(text) > MAX_DOCUMENT_CHARS:
         return "", f"document longer than {MAX_DOCUMENT_CHARS:,} characters ({len(text):,}): imported without it"
     return text, None
 
 
-def take_row(out: MentionsRead, row: int, text: str, terms: list[str], found: set[str], document=None) -> None:
+def take_row(out: MentionsRead, row: int, text: str, terms: list[str], found: set[str], document=None,
+             spreadsheet: bool = False) -> None:
     """File one data row as good (with a notice if it was cleaned or its document dropped) or as a problem."""
     problem = validate_mention(text)
     if problem:
         out.errors.append(ImportProblem(out.file, row, problem))
         return
-    doc, doc_problem = document_cell(document)
+    doc, doc_problem = document_cell(document, restore=spreadsheet)
     out.good.append(LabelledMention(text, terms, row, document=doc))
     notes = [n for n in (control_notice(found) if found else None, doc_problem) if n]
     if notes:

@@ -321,10 +321,18 @@ def _from_table(fname, rows, header_problem, nul_rows: Collection[int] = ()) -> 
         text, found = text_cell(cells[col] if col < len(cells) else "", restore=True)
         terms, in_terms = gold_terms(cells[tcol] if tcol is not None and tcol < len(cells) else None, restore=True)
         take_row(out, row, text, terms, found | in_terms | ({"\x00"} if row in nul_rows else set()),
-                 cells[dcol] if dcol is not None and dcol < len(cells) else None)
+                 cells[dcol] if dcol is not None and dcol < len(cells) else None, spreadsheet=True)
+    if tcol is not None:
+        _say_gold(out, f"column {header[tcol].strip()!r}")
     if dcol is not None:
         _say_documents(out, f"column {header[dcol].strip()!r}")
     return out
+
+
+def _say_gold(out: MentionsRead, where: str) -> None:
+    """Where the file's gold terms came from, when rows carry them (``MentionsRead.gold_from``)."""
+    if any(m.terms for m in out.good):
+        out.gold_from = where
 
 
 def _say_documents(out: MentionsRead, where: str) -> None:
@@ -365,6 +373,7 @@ def _from_json(fname, data) -> MentionsRead:
         items = list(enumerate(doc, start=1))
     out.n_read = len(items) + len(out.errors)  # a line that is not JSON was a row too (rejected above)
     keys: set[str] = set()  # the document fields the items use
+    gold_keys: set[str] = set()  # and the gold terms' fields
     for row, obj in items:
         if not isinstance(obj, dict):
             out.errors.append(ImportProblem(fname, row, f"not an object ({type(obj).__name__})"))
@@ -382,7 +391,10 @@ def _from_json(fname, data) -> MentionsRead:
         terms, in_terms = gold_terms(obj[tkey] if tkey else None, restore=False)
         dkey = next((k for k in DOCUMENT_COLUMNS if k in obj), None)
         keys.update([dkey] if dkey else [])
+        gold_keys.update([tkey] if tkey else [])
         take_row(out, row, text, terms, found | in_terms, obj[dkey] if dkey else None)
+    if gold_keys:
+        _say_gold(out, "field " + " / ".join(repr(k) for k in sorted(gold_keys)))
     if keys:
         _say_documents(out, "field " + " / ".join(repr(k) for k in sorted(keys)))
     out.errors.sort(key=lambda p: p.row or 0)

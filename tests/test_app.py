@@ -286,6 +286,26 @@ def test_import_malformed_file_reports_bad_rows_and_keeps_good_ones(db_url, tmp_
         assert all(services.latest_suggestion(s, m["id"]) is not None for m in services.mentions(s, b["id"]))
 
 
+
+def test_the_import_says_when_a_file_s_terms_become_gold(db_url):
+    """A re-imported export (its 'terms' column) turned the coders' decisions into gold labels without a word:
+    training and evaluation data the person importing must know about."""
+    at = start()
+    at.switch_page("app_pages/import_export.py")
+    rerun(at)
+    for name, data in (("export.csv", "mention,terms\n胆囊切除,胆囊切除术\n阑尾,\n甲状腺肿物切除,甲状腺病损切除术\n"),
+                       ("plain.csv", "mention,terms\n胆囊切除,\n")):
+        at.file_uploader(key="upload").set_value((name, data.encode(), "text/csv"))
+        at.text_input(key="batch_name").set_value(name)
+        rerun(at)
+        at.button[0].click()  # Import
+        rerun(at)
+        said = [i.value for i in at.info if "Gold terms" in i.value]
+        if name == "export.csv":
+            assert said and said[0].startswith("Gold terms read from column 'terms': 2 imported row(s) carry them")
+        else:
+            assert not said
+
 def test_import_report_counts_rows_and_names_a_stray_quote_row(db_url):
     at = start()
     at.switch_page("app_pages/import_export.py")

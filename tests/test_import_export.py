@@ -481,7 +481,8 @@ def test_an_export_carries_each_mention_s_source_row_and_note_back(db, tmp_path)
     """A data team joins decisions back to its rows by the row of the imported file; the note a mention was
     read in goes with it, and an exported file imports again with its notes."""
     s, vid = db
-    note = "患者因经皮冠状动脉介入治疗（PCI）术后复查入院，\n\"再次\"评估。"  # a line break: still one row
+    # a line break: still one row; "=" first: written inert ('=), read back as written
+    note = "=== 出院小结 === 患者因经皮冠状动脉介入治疗（PCI）术后复查入院，\n\"再次\"评估。"
     path = tmp_path / "notes.csv"
     with open(path, "w", encoding="utf-8", newline="") as f:
         csv.writer(f).writerows([["mention", "病历"], ["PCI术后", note], ["", ""], ["胆囊切除", ""]])
@@ -493,13 +494,14 @@ def test_an_export_carries_each_mention_s_source_row_and_note_back(db, tmp_path)
     assert list(df["source_row"]) == [2, 4]  # row 3 (an empty mention) was reported, not imported
     rows = pd.read_csv(path, keep_default_na=False)  # the rows as pandas / a spreadsheet count them
     assert [rows["mention"][r - 2] for r in df["source_row"]] == list(df["mention"])
-    assert list(df["document"]) == [note, ""]
+    assert list(df["document"]) == ["'" + note, ""]
     recs = [json.loads(ln) for ln in S.export_decisions(s, rep.batch_id, "jsonl").decode().splitlines()]
     assert [(r["source_row"], r["document"]) for r in recs] == [(2, note), (4, "")]
-    (tmp_path / "export.csv").write_bytes(S.export_decisions(s, rep.batch_id, "csv"))
-    again = S.import_mentions(s, tmp_path / "export.csv", "again", vid)
-    back = S.mentions(s, again.batch_id)
-    assert S.mention_documents(s, [m["id"] for m in back]) == {back[0]["id"]: note}
+    for fmt in ("csv", "xlsx"):
+        (tmp_path / f"export.{fmt}").write_bytes(S.export_decisions(s, rep.batch_id, fmt))
+        again = S.import_mentions(s, tmp_path / f"export.{fmt}", "again", vid)
+        back = S.mentions(s, again.batch_id)
+        assert S.mention_documents(s, [m["id"] for m in back]) == {back[0]["id"]: note}, fmt
 
 
 # ------------------------------------------------------------------ export
