@@ -101,8 +101,14 @@ def read_mentions_report(source, name: str | None = None) -> MentionsRead:
         if kind == "xls":
             return _failed(fname, "legacy .xls workbook is not supported: save it as .xlsx or CSV")
         if kind == "xlsx":
-            rows, header_problem, formulas = _xlsx_rows(data)
+            rows, header_problem, formulas, sheets = _xlsx_rows(data)
             out = _from_table(fname, rows, header_problem)
+            if sheets:  # a workbook of several sheets: which was read, and those left that hold mentions too
+                read, *others = sheets
+                out.notices.append(ImportProblem(fname, None, f"sheet {read!r} read" + (
+                    f"; sheet(s) {', '.join(map(repr, others))} also have a mention column and were not imported "
+                    "(one sheet per import: import each as a file of its own)" if others else
+                    " (the workbook's other sheets have no mention column)")))
             if formulas:
                 shown = ", ".join(f"row {r} column {c}" for r, c in formulas[:10])  # column B (病历)
                 more = f" and {len(formulas) - 10} more" if len(formulas) > 10 else ""
@@ -256,8 +262,9 @@ def _one_row(cells: list[str], continuation, col: int, tcol: int | None, width: 
 
 
 def _xlsx_rows(data: bytes):
-    """(rows, header problem, formula cells): the rows of the first sheet with a mention column (else the first
-    sheet), read by termnorm.batch_io.xlsx_rows. A cell holding a formula without a saved value (a note typed
+    """(rows, header problem, formula cells, sheets): the rows of the first sheet with a mention column (else
+    the first sheet), read by termnorm.batch_io.xlsx_rows; the names of that sheet and of the others with a
+    mention column (none for a one-sheet workbook). A cell holding a formula without a saved value (a note typed
     "=== 出院小结" that a tool stored as a formula) keeps its text, and its (row, column) is listed."""
     import openpyxl
     from openpyxl.utils import get_column_letter
@@ -267,23 +274,26 @@ def _xlsx_rows(data: bytes):
     try:
         wb = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
     except (zipfile.BadZipFile, KeyError, OSError, ValueError) as e:
-        return [], f"not a readable XLSX workbook ({type(e).__name__}: {e})", []
-    sheet = 0
+        return [], f"not a readable XLSX workbook ({type(e).__name__}: {e})", [], []
     try:
-        for i, ws in enumerate(wb.worksheets):  # a sheet's header is its first row with text
+        with_mentions = []  # the sheets whose header (first row with text) names a mention column
+        for i, ws in enumerate(wb.worksheets):
             ws.reset_dimensions()  # some writers store wrong dimensions; read every row
             texts = ([cell_text(v) for v in r] for r in ws.iter_rows(values_only=True))
             if find_column(next((c for c in texts if any(c)), []), MENTION_COLUMNS) is not None:
-                sheet = i
-                break
+                with_mentions.append(i)
+        names = wb.sheetnames
     finally:
         wb.close()
+    sheet = with_mentions[0] if with_mentions else 0
     rows = list(xlsx_rows(data, sheet, reset=True))
     out = [(n, [cell_text(v) for v in r]) for n, r, _ in rows]
     header = next((c for _, c in out if any(c)), [])
     named = [(n, get_column_letter(j + 1) + (f" ({header[j]})" if j < len(header) and header[j] else ""))
              for n, _, at in rows for j in at]
-    return out, None, named
+    # the sheet read first, then the others holding mentions; [] for a one-sheet workbook
+    sheets = [names[sheet]] + [names[i] for i in with_mentions if i != sheet] if len(names) > 1 else []
+    return out, None, named, sheets
 
 
 def _from_table(fname, rows, header_problem, nul_rows: Collection[int] = ()) -> MentionsRead:

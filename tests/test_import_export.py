@@ -603,3 +603,25 @@ def test_blank_rows_between_rows_are_named(tmp_path):
     read = dbio.read_mentions_report(text.encode(), name="blanks.csv")
     assert [m.row for m in read.good] == [2, 5] and read.n_read == 2 and not read.errors
     assert [(n.row, n.problem) for n in read.notices] == [(None, "2 blank row(s) skipped (no cell filled): row 3, 4")]
+
+
+def test_a_workbook_of_several_sheets_says_which_was_read_and_which_were_left(tmp_path):
+    """A workbook with a sheet per month imported only the first month, and said nothing of the others."""
+    wb = openpyxl.Workbook()
+    wb.active.title = "说明"
+    wb.active.append(["这是说明页"])
+    for name, rows in (("十月", ["胆囊切除", "阑尾切除"]), ("十一月", ["甲状腺肿物切除", "疝修补", "LC"])):
+        ws = wb.create_sheet(name)
+        ws.append(["mention"])
+        for r in rows:
+            ws.append([r])
+    wb.save(tmp_path / "months.xlsx")
+    read = dbio.read_mentions_report(tmp_path / "months.xlsx")
+    assert [m.text for m in read.good] == ["胆囊切除", "阑尾切除"]
+    assert [(n.row, n.problem) for n in read.notices] == [(None, (
+        "sheet '十月' read; sheet(s) '十一月' also have a mention column and were not imported (one sheet per "
+        "import: import each as a file of its own)"))]
+    del wb["十一月"]
+    wb.save(tmp_path / "one_month.xlsx")
+    read = dbio.read_mentions_report(tmp_path / "one_month.xlsx")
+    assert [n.problem for n in read.notices] == ["sheet '十月' read (the workbook's other sheets have no mention column)"]
