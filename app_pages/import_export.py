@@ -237,6 +237,10 @@ def show_report(report: dict) -> None:
                    "(a training-data format).")
     else:
         st.caption(f"{report['rows']}{only} decision(s).")
+        if report.get("cut"):
+            st.warning(f"{len(report['cut'])} cell(s) longer than Excel's 32,767 characters were cut in this XLSX: "
+                       + ", ".join(report["cut"][:20]) + (" …" if len(report["cut"]) > 20 else "")
+                       + ". CSV and JSONL keep them whole.", icon=":material/content_cut:")
 
 
 st.subheader("Export decisions")

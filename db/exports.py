@@ -70,6 +70,7 @@ DEFAULT_SOURCE_VOCABULARY = "TERMNORM"
 # and a reader (Excel, csv, pandas) would break the row there
 CRLF = "\r\n"
 CONCEPT_COLUMNS = ("concept_id", "vocabulary_id", "concept_code")
+XLSX_CELL_CHARS = 32_767  # Excel's limit of characters in a cell
 
 
 @dataclass(frozen=True)
@@ -137,8 +138,12 @@ def _export(df: pd.DataFrame, fmt: str, *, title: str, map_id: str, sheet: str =
                                           target_vocabulary_id=target_vocabulary_id, concepts=concepts)
     if fmt in ("csv", "xlsx"):
         rows = spreadsheet_rows(df, xlsx=fmt == "xlsx")
-        data = _csv(rows, list(df.columns)) if fmt == "csv" else _xlsx(rows, list(df.columns), sheet)
-        return data, {"rows": len(rows)}
+        if fmt == "csv":
+            return _csv(rows, list(df.columns)), {"rows": len(rows)}
+        # Excel holds 32,767 characters a cell and openpyxl cuts there: a long note is named, never cut silently
+        cut = [f"row {i} ({col})" for i, row in enumerate(rows, start=2) for col, v in zip(df.columns, row)
+               if isinstance(v, str) and len(v) > XLSX_CELL_CHARS]
+        return _xlsx(rows, list(df.columns), sheet), {"rows": len(rows), "cut": cut}
     records = [_jsonable(r) for r in df.to_dict(orient="records")]
     if fmt == "jsonl":
         return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode("utf-8"), \

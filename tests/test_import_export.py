@@ -625,3 +625,23 @@ def test_a_workbook_of_several_sheets_says_which_was_read_and_which_were_left(tm
     wb.save(tmp_path / "one_month.xlsx")
     read = dbio.read_mentions_report(tmp_path / "one_month.xlsx")
     assert [n.problem for n in read.notices] == ["sheet '十月' read (the workbook's other sheets have no mention column)"]
+
+
+def test_an_xlsx_export_names_the_cells_excel_cuts(db):
+    """Excel holds 32,767 characters a cell and the XLSX writer cut a longer note there without a word."""
+    from db.exports import export_batch
+    from termnorm.records import LabelledMention
+
+    s, vid = db
+    long_note = "入院记录：" + "甲状腺肿物。" * 7000  # 42,005 characters
+    bid = S.create_batch(s, "long notes", vid, [LabelledMention("甲状腺肿物切除", [], 2, document=long_note),
+                                                LabelledMention("胆囊切除", [], 3, document="短")])
+    for m in S.mentions(s, bid):
+        S.record_decision(s, m["id"], "alice", "correct", ["胆囊切除术"])
+    xlsx = export_batch(s, bid, "xlsx")
+    assert xlsx.report["cut"] == ["row 2 (document)"]
+    wb = openpyxl.load_workbook(io.BytesIO(xlsx.data), read_only=True)
+    assert len(list(wb["decisions"].iter_rows(values_only=True))[1][-1]) == 32_767  # what Excel will show
+    assert "cut" not in export_batch(s, bid, "csv").report  # CSV keeps it whole
+    df = pd.read_csv(io.BytesIO(export_batch(s, bid, "csv").data), keep_default_na=False)
+    assert df["document"][0] == long_note
