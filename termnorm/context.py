@@ -126,7 +126,7 @@ def _patterns(document: str, known: frozenset[str] | None = None, chinese: bool 
     alt = "|".join(re.escape(s) for s in sorted(pairs, key=len, reverse=True))
     w = _ASCII_WORD  # 卵巢Ca, TTP复发: a short form ends where the Latin letters do
     return (pairs, re.compile(rf"\s*[(（]\s*({alt})\s*[)）]"),
-            re.compile(rf"(?<![{w}-])({alt})(?![{w}])(\s+([{w}]+))?"))
+            re.compile(rf"(?<![{w}-])({alt})(?![{w}])(\s+([{w}]+))?([{_CJK}]?)"))
 
 
 def _whole(mention: str, pairs: dict[str, str]) -> str | None:
@@ -137,14 +137,19 @@ def _whole(mention: str, pairs: dict[str, str]) -> str | None:
     return next((s for s in pairs if s.lower() == key.lower()), None)
 
 
+#: A Chinese character after a short form that its long form ending in it already says (TLH术: 全子宫切除术)
+_SAID_TWICE = "术症炎瘤癌"
+
+
 def _spell(m: re.Match, pairs: dict[str, str]) -> str:
     """One short form spelled out; the word after it dropped when the long form ends with it already
-    ("HPT-JT syndrome" -> "hyperparathyroidism-jaw tumor syndrome")."""
+    ("HPT-JT syndrome" -> "hyperparathyroidism-jaw tumor syndrome"; TLH术 -> 腹腔镜经腹全子宫切除术, not 术术)."""
     long = pairs[m.group(1)]
     after = m.group(2) or ""
     if m.group(3) and long.split()[-1].lower() == m.group(3).lower():
         after = ""
-    return long + after
+    cjk = m.group(4)
+    return long + after + ("" if cjk and not after and cjk in _SAID_TWICE and long.endswith(cjk) else cjk)
 
 
 def read_in_document(mention: str, document: str | None, known: frozenset[str] | None = None,

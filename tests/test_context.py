@@ -150,3 +150,16 @@ def test_a_mention_coded_as_written_outweighs_a_reading_in_the_sieve():
     # two readings, or two written codings, of one text: the latest wins (a coder's correction takes effect)
     again = LabelledMention("Fish-eye disease", ["Adenomatous Polyposis Coli"])
     assert _tiny_engine([written, again])._sieve["fish-eye disease"] == ["Adenomatous Polyposis Coli"]
+
+
+@pytest.mark.parametrize("mention, read", [
+    ("TLH术", "腹腔镜经腹全子宫切除术"),  # not 切除术术
+    ("TLH术后", "腹腔镜经腹全子宫切除术后"),
+    ("PCI术后", "经皮冠状动脉介入治疗术后"),  # the long form does not end in 术: kept
+])
+def test_a_character_the_long_form_ends_with_is_not_said_twice(mention, read):
+    note = "既往行腹腔镜经腹全子宫切除术（TLH）及经皮冠状动脉介入治疗（PCI）。"
+    v = Vocabulary(language="zh")
+    for name in ("腹腔镜经腹全子宫切除术", "经皮冠状动脉介入治疗"):
+        v.add_term(name)
+    assert reading.in_document(Engine(v, history=[], keyword_dir=None), mention, note) == read
