@@ -34,7 +34,7 @@ if signed_in:
 with _ui.session() as s:
     vocabs = services.vocabularies(s)
     vocab_ids = [v["id"] for v in vocabs]
-    vocab_names = _ui.distinct({v["id"]: f'{v["name"]} ({v["n_terms"]} terms)' for v in vocabs})
+    vocab_names = _ui.distinct({v["id"]: v["name"] for v in vocabs})  # no live count in a label (below)
     # a link ...?batch=<id> (or ?vocabulary=<id>) opens that batch and its vocabulary in a new session: a reload
     # or a bookmark returns to the work on screen, which the address always names (below)
     if "batch_id" not in st.session_state and st.query_params.get("batch", "").isdigit():
@@ -83,11 +83,16 @@ with st.sidebar:
         with _ui.session() as s:
             batch_list = services.batches(s, ss["vocabulary_id"])
         batch_ids = [b["id"] for b in batch_list]
-        labels = _ui.distinct({b["id"]: f'{b["name"]} · {b["n_done"]}/{b["n_mentions"]}' for b in batch_list})
+        # a label that never changes: Streamlit keeps the choice by its label, and a label holding the live count
+        # (a key pressed twice while the page redrew after a decision sent the old count) matched no option and
+        # moved the coder to the first batch; the progress is the caption below
+        labels = {b["id"]: f'{b["name"]} · #{b["id"]}' for b in batch_list}
         if ss.get("batch_id") not in batch_ids:
             ss["batch_id"] = batch_ids[0] if batch_ids else None
         if batch_ids:
             st.selectbox("Batch", batch_ids, format_func=labels.get, **_bound("_batch", "batch_id"))
+            on = next(b for b in batch_list if b["id"] == ss["batch_id"])
+            st.caption(f'{on["n_done"]:,} of {on["n_mentions"]:,} mentions coded')
         else:
             st.caption("No batch for this vocabulary yet: import one.")
         here = {"batch": str(ss["batch_id"])} if ss.get("batch_id") else {"vocabulary": str(ss["vocabulary_id"])}

@@ -36,8 +36,7 @@ if ss.get("adj_task") not in ids:
     ss["adj_task"] = next((t["id"] for t in tasks if t["n_to_adjudicate"]), ids[-1])
 top = st.columns([3, 1.2], vertical_alignment="bottom")
 task_id = top[0].selectbox("Gold task", ids, key="adj_task",
-                           format_func=_ui.distinct({t["id"]: f'{t["name"]} · {t["n_to_adjudicate"]} to adjudicate'
-                                                      for t in tasks}).get)
+                           format_func=_ui.distinct({t["id"]: t["name"] for t in tasks}).get)  # no live count
 show_all = top[1].toggle("Show adjudicated too", key="adj_all")
 t = next(x for x in tasks if x["id"] == task_id)
 holder = _ui.serving_holder(ctx.url, t["vocabulary_id"])

@@ -245,7 +245,7 @@ def show_report(report: dict) -> None:
 
 st.subheader("Export decisions")
 if batch_list:
-    names = _ui.distinct({b["id"]: f'{b["name"]} ({b["n_done"]}/{b["n_mentions"]} coded)' for b in batch_list})
+    names = {b["id"]: f'{b["name"]} · #{b["id"]} ({b["n_mentions"]:,} mentions)' for b in batch_list}  # fixed labels
     ids = list(names)
     c = st.columns([3, 2, 2], vertical_alignment="bottom")
     # keyed by the sidebar batch, so the choice follows it when it changes

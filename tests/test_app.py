@@ -507,7 +507,7 @@ def test_two_batches_named_alike_stay_two_choices(db_url):
     second = add_batch(db_url, ["阑尾切除术"], name="dup")
     at = start(batch=first)
     options = at.selectbox(key="_batch").options
-    assert f"dup · 0/1 · #{first}" in options and f"dup · 0/1 · #{second}" in options
+    assert f"dup · #{first}" in options and f"dup · #{second}" in options
     rerun(at)
     assert at.selectbox(key="_batch").value == first and at.query_params["batch"] == str(first)
     assert latest(db_url, current_id(at))["text"] == "胆囊切除术"
