@@ -111,6 +111,10 @@ if report is not None:
     else:
         why = "; ".join(e.problem for e in report.file_problems) or "every row was rejected (see the table below)"
         st.error(f"{_ui.md(report.file)}: nothing imported: {_ui.md(why)}")
+    if report.sheets_left:
+        st.warning(f"Not imported: sheet(s) {', '.join(map(repr, report.sheets_left))} of {_ui.md(report.file)} "
+                   "also hold mentions. One sheet is read per import: save each as a file of its own and import "
+                   "it.", icon=":material/tab:")
     if report.batch_id is not None and report.gold_from:
         st.info(f"Gold terms read from {_ui.md(report.gold_from)}: {report.n_gold:,} imported row(s) carry "
                 "them. They are taken as right answers (training and evaluation data of the vocabulary); to code "

@@ -82,7 +82,8 @@ def import_mentions(s: Session, path, batch_name: str, vocabulary_id: int,
     notices = sorted(read.notices + _unknown_gold_notices(s, vocabulary_id, read.file, read.good),
                      key=lambda n: n.row or 0)
     report = dbio.ImportReport(file=read.file, errors=read.errors, notices=notices,
-                               n_read=read.n_read, n_rejected=read.n_rejected, gold_from=read.gold_from)
+                               n_read=read.n_read, n_rejected=read.n_rejected, gold_from=read.gold_from,
+                               sheets_left=read.sheets_left)
     if read.good:
         report.batch_id = create_batch(s, batch_name, vocabulary_id, read.good, username=username,
                                        source_file=read.file)

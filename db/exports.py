@@ -141,8 +141,8 @@ def _export(df: pd.DataFrame, fmt: str, *, title: str, map_id: str, sheet: str =
         if fmt == "csv":
             return _csv(rows, list(df.columns)), {"rows": len(rows)}
         # Excel holds 32,767 characters a cell and openpyxl cuts there: a long note is named, never cut silently
-        cut = [f"row {i} ({col})" for i, row in enumerate(rows, start=2) for col, v in zip(df.columns, row)
-               if isinstance(v, str) and len(v) > XLSX_CELL_CHARS]
+        cut = [f"row {i} ({col}{_whose(df, i - 2)})" for i, row in enumerate(rows, start=2)
+               for col, v in zip(df.columns, row) if isinstance(v, str) and len(v) > XLSX_CELL_CHARS]
         return _xlsx(rows, list(df.columns), sheet), {"rows": len(rows), "cut": cut}
     records = [_jsonable(r) for r in df.to_dict(orient="records")]
     if fmt == "jsonl":
@@ -185,6 +185,14 @@ def _xml_text(text: str) -> str:
     """Text as an XLSX cell keeps it: no control characters (openpyxl refuses them), CR as LF (XML reads every
     CR back as LF, and "'" before an LF would not be taken off on import: LF is no formula trigger)."""
     return ILLEGAL_CHARACTERS_RE.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
+
+
+def _whose(df: pd.DataFrame, i: int) -> str:
+    """"; mention 'x', source row N" for row ``i`` of a decisions frame: the export's row is not the source's."""
+    r = df.iloc[i]
+    mention = f"; mention {r['mention']!r}" if "mention" in df.columns else ""
+    src = r["source_row"] if "source_row" in df.columns else None
+    return mention + (f", source row {int(src)}" if src is not None and not pd.isna(src) else "")
 
 
 def _csv(rows: list[list], columns: list[str]) -> bytes:

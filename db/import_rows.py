@@ -76,6 +76,7 @@ class MentionsRead:
     # where gold terms came from ("column 'terms'"), "" if no row has them: a re-imported export turns
     # decisions into training and evaluation data, which the person importing must be told
     gold_from: str = ""
+    sheets_left: list[str] = field(default_factory=list)  # other sheets of a workbook holding mentions, not read
 
     @property
     def n_rejected(self) -> int:
@@ -101,6 +102,7 @@ class ImportReport:
     n_mentions: int | None = None
     gold_from: str = ""  # MentionsRead.gold_from
     n_gold: int = 0  # imported rows with gold terms
+    sheets_left: list[str] = field(default_factory=list)  # MentionsRead.sheets_left
 
     @property
     def n_ok(self) -> int:

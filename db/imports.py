@@ -105,6 +105,7 @@ def read_mentions_report(source, name: str | None = None) -> MentionsRead:
             out = _from_table(fname, rows, header_problem)
             if sheets:  # a workbook of several sheets: which was read, and those left that hold mentions too
                 read, *others = sheets
+                out.sheets_left = others
                 out.notices.append(ImportProblem(fname, None, f"sheet {read!r} read" + (
                     f"; sheet(s) {', '.join(map(repr, others))} also have a mention column and were not imported "
                     "(one sheet per import: import each as a file of its own)" if others else

@@ -621,6 +621,7 @@ def test_a_workbook_of_several_sheets_says_which_was_read_and_which_were_left(tm
     assert [(n.row, n.problem) for n in read.notices] == [(None, (
         "sheet '十月' read; sheet(s) '十一月' also have a mention column and were not imported (one sheet per "
         "import: import each as a file of its own)"))]
+    assert read.sheets_left == ["十一月"]  # the Import page shows them as a warning, not among the notices
     del wb["十一月"]
     wb.save(tmp_path / "one_month.xlsx")
     read = dbio.read_mentions_report(tmp_path / "one_month.xlsx")
@@ -639,7 +640,7 @@ def test_an_xlsx_export_names_the_cells_excel_cuts(db):
     for m in S.mentions(s, bid):
         S.record_decision(s, m["id"], "alice", "correct", ["胆囊切除术"])
     xlsx = export_batch(s, bid, "xlsx")
-    assert xlsx.report["cut"] == ["row 2 (document)"]
+    assert xlsx.report["cut"] == ["row 2 (document; mention '甲状腺肿物切除', source row 2)"]
     wb = openpyxl.load_workbook(io.BytesIO(xlsx.data), read_only=True)
     assert len(list(wb["decisions"].iter_rows(values_only=True))[1][-1]) == 32_767  # what Excel will show
     assert "cut" not in export_batch(s, bid, "csv").report  # CSV keeps it whole
