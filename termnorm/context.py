@@ -25,6 +25,8 @@ import logging
 import re
 from functools import lru_cache
 
+from termnorm.text.normalize import SAID_TWICE
+
 #: Short forms longer than this are not abbreviations (the package accepts up to ten words).
 MAX_SHORT = 12
 #: A Chinese long form before a bracketed Latin short form: 慢性阻塞性肺疾病（COPD）
@@ -137,8 +139,6 @@ def _whole(mention: str, pairs: dict[str, str]) -> str | None:
     return next((s for s in pairs if s.lower() == key.lower()), None)
 
 
-#: A Chinese character after a short form that its long form ending in it already says (TLH术: 全子宫切除术)
-_SAID_TWICE = "术症炎瘤癌"
 
 
 def _spell(m: re.Match, pairs: dict[str, str]) -> str:
@@ -149,7 +149,7 @@ def _spell(m: re.Match, pairs: dict[str, str]) -> str:
     if m.group(3) and long.split()[-1].lower() == m.group(3).lower():
         after = ""
     cjk = m.group(4)
-    return long + after + ("" if cjk and not after and cjk in _SAID_TWICE and long.endswith(cjk) else cjk)
+    return long + after + ("" if cjk and not after and cjk in SAID_TWICE and long.endswith(cjk) else cjk)
 
 
 def read_in_document(mention: str, document: str | None, known: frozenset[str] | None = None,

@@ -302,3 +302,15 @@ def test_split_respects_known_terms():
         ["2型糖尿病伴有酮症酸中毒", "高血压"]
     assert split_mention("左、右肾结石") == [normalize("左、右肾结石")]  # a 1-char part is glued, no split
     assert split_mention("") == []
+
+
+@pytest.mark.parametrize("written, read", [
+    ("右全髋关节置换术(THA)", "右全髋关节置换术"),  # was 右全髋关节置换术(全髋关节置换术)
+    ("3D腹腔镜Dixon术", "3d腹腔镜直肠切除术"),  # was …直肠切除术术 (Yidu-N7K train)
+    ("右THA术后", "右全髋关节置换术后"),
+    ("THA", "全髋关节置换术"),
+    ("哮喘(THA)", "哮喘(全髋关节置换术)"),  # a bracket after other words is spelled out as before
+])
+def test_an_expansion_is_not_said_twice(written, read):
+    table = Abbreviations({"tha": "全髋关节置换术", "dixon": "直肠切除术"})
+    assert table.expand(normalize(written)) == normalize(read)

@@ -361,14 +361,33 @@ class Abbreviations:
         self.require_cjk = require_cjk
 
     def expand(self, text: str) -> str:
-        """Replace whole ASCII tokens of a *normalized* text by their expansion."""
+        """Replace whole ASCII tokens of a *normalized* text by their expansion. A bracketed token right after
+        its own expansion is dropped, and a character the expansion ends with is not said twice:
+
+        >>> Abbreviations({"tha": "全髋关节置换术"}).expand("右全髋关节置换术(tha)")
+        '右全髋关节置换术'
+        >>> Abbreviations({"tha": "全髋关节置换术"}).expand("右tha术后")
+        '右全髋关节置换术后'
+        """
         if not self.table or (self.require_cjk and not has_cjk(text) and text not in self.table):
             return text
+        text = _BRACKETED_RE.sub(lambda m: "" if m.group(1) in self.table and text[:m.start()].endswith(
+            self.table[m.group(1)]) else m.group(0), text)
         # tokens are maximal [a-z0-9] runs starting with a letter: "ca125" is one token
-        return _TOKEN_RE.sub(lambda m: self.table.get(m.group(0), m.group(0)), text)
+        return _TOKEN_RE.sub(self._spell, text)
+
+    def _spell(self, m: re.Match) -> str:
+        long = self.table.get(m.group(0))
+        if long is None:
+            return m.group(0)
+        after = m.string[m.end():m.end() + 1]
+        return long[:-1] if after and after in SAID_TWICE and long.endswith(after) else long
 
 
 _TOKEN_RE = re.compile(r"(?<![a-z0-9])[a-z][a-z0-9]*(?![a-z0-9])")
+_BRACKETED_RE = re.compile(r"\(\s*([a-z][a-z0-9]*)\s*\)")
+#: A Chinese character after a short form that its long form ending in it already says (TLH术: 全子宫切除术)
+SAID_TWICE = "术症炎瘤癌"
 _COMPILED: dict[int, tuple[dict, int, Abbreviations]] = {}
 
 
