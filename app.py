@@ -71,7 +71,8 @@ with st.sidebar:
         who[0].markdown(f"**{_ui.esc(user['username'])}** · {user['role']}")
         who[1].button("Sign out", on_click=_ui.sign_out, icon=":material/logout:", type="tertiary")
     else:  # sign-in switched off (TERMNORM_AUTH=off): the typed name says who decided
-        ss.setdefault("username", "coder")
+        # the address keeps the name (?coder=), so a reload does not turn a coder into "coder" (a user test)
+        ss.setdefault("username", (st.query_params.get("coder") or "coder")[:100])
         st.text_input("Your name", max_chars=100, **_bound("_username", "username"))
     if ss.get("_unknown_link"):  # an old bookmark: say so, never open other work as if it were the one asked for
         st.warning(f"The address names {ss['_unknown_link']}, which does not exist (any more): pick the batch "
@@ -96,8 +97,10 @@ with st.sidebar:
         else:
             st.caption("No batch for this vocabulary yet: import one.")
         here = {"batch": str(ss["batch_id"])} if ss.get("batch_id") else {"vocabulary": str(ss["vocabulary_id"])}
-        if {k: st.query_params.get(k) for k in ("batch", "vocabulary") if k in st.query_params} != here:
-            for k in ("batch", "vocabulary"):
+        if not signed_in:
+            here["coder"] = ss["username"]
+        if {k: st.query_params.get(k) for k in ("batch", "vocabulary", "coder") if k in st.query_params} != here:
+            for k in ("batch", "vocabulary", "coder"):
                 st.query_params.pop(k, None)
             st.query_params.update(here)
 

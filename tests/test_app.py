@@ -498,6 +498,18 @@ def test_the_address_names_the_batch_on_screen_so_a_reload_returns_to_it(db_url)
 
 
 
+
+def test_without_sign_in_a_reload_keeps_the_typed_name(db_url):
+    """With TERMNORM_AUTH=off a reload turned every coder into "coder": decisions were recorded under that name
+    and two coders who reloaded were served the same mention (a user test). The address keeps the name."""
+    at = start()
+    at.text_input(key="_username").set_value("alice")
+    rerun(at)
+    assert at.query_params["coder"] == "alice"
+    again = start(**dict(at.query_params))  # the reload
+    assert again.text_input(key="_username").value == "alice"
+    assert again.session_state["username"] == "alice"
+
 def test_two_batches_named_alike_stay_two_choices(db_url):
     """Streamlit keeps a select box's choice by its label: the second "dup" batch (a monthly file imported
     under its file name) took over the first's label, so opening the first showed the second after one rerun,
