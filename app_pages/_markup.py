@@ -316,5 +316,6 @@ def document_html(document: str, marks: list[str], limit: int = 4000, focus: str
     before, after = start, len(document) - start - len(shown)
     head = f'<div class="tn-keys">… {before:,} characters before</div>' if before else ""
     tail = f'<div class="tn-keys">… {after:,} more characters</div>' if after else ""
-    return (f'{head}<div class="tn-document" data-testid="tn-document" style="white-space:pre-wrap;max-height:16rem;overflow-y:auto">{body}</div>'
+    box = "white-space:pre-wrap;max-height:16rem;overflow-y:auto"  # scrolls: the candidates stay in view
+    return (f'{head}<div class="tn-document" data-testid="tn-document" style="{box}">{body}</div>'
             f"{tail}")

@@ -56,7 +56,8 @@ def answers_table() -> None:
                        "comment": m["comment"]} for m in done], hide_index=True, width="stretch")
         rc = st.columns([3, 1], vertical_alignment="bottom")
         pick = rc[0].selectbox("Revise the answer for", [m["mention_id"] for m in done], key=f"an_pick_{task_id}",
-                               format_func=_ui.distinct({m["mention_id"]: f'#{m["position"]} {m["text"]}' for m in done}).get)
+                               format_func=_ui.distinct({m["mention_id"]: f'#{m["position"]} {m["text"]}'
+                                                         for m in done}).get)
         if rc[1].button("Revise", key=f"an_revise_btn_{task_id}", width="stretch"):
             ss[revise_key] = pick
             st.rerun()

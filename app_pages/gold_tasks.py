@@ -103,7 +103,8 @@ st.dataframe(overview, hide_index=True, width="stretch", column_config={
 ids = [t["id"] for t in tasks]
 if st.session_state.get("gt_selected") not in ids:
     st.session_state["gt_selected"] = ids[-1]
-task_id = st.selectbox("Task", ids, key="gt_selected", format_func=_ui.distinct({t["id"]: t["name"] for t in tasks}).get)
+task_id = st.selectbox("Task", ids, key="gt_selected",
+                       format_func=_ui.distinct({t["id"]: t["name"] for t in tasks}).get)
 t = next(x for x in tasks if x["id"] == task_id)
 
 with _ui.session() as s:

@@ -17,8 +17,9 @@ or an :class:`ImportProblem` (file, row, problem) in the report, and bad rows
 never block good ones. What was changed in an imported row (control characters
 removed) is a notice. A wholly unreadable file gives one clear problem (row
 None), never an exception. Rows are counted as a person counts them:
-spreadsheet rows (header = row 1; a CSV row with a quoted multi-line note is one row, as in Excel), the 1-based item number in a
-JSON list, the line number in JSON lines.
+spreadsheet rows (header = row 1; a CSV row with a quoted multi-line note is
+one row, as in Excel), the 1-based item number in a JSON list, the line number
+in JSON lines.
 
 Spreadsheet text cells that would run as formulas are exported (``db.exports``)
 with a leading ``'`` (:func:`neutralise_formula`); the importer takes it off

@@ -139,8 +139,6 @@ def _whole(mention: str, pairs: dict[str, str]) -> str | None:
     return next((s for s in pairs if s.lower() == key.lower()), None)
 
 
-
-
 def _spell(m: re.Match, pairs: dict[str, str]) -> str:
     """One short form spelled out; the word after it dropped when the long form ends with it already
     ("HPT-JT syndrome" -> "hyperparathyroidism-jaw tumor syndrome"; TLH术 -> 腹腔镜经腹全子宫切除术, not 术术)."""
