@@ -67,6 +67,15 @@ def test_summary_scores_each_fold_and_counts_the_mentions_only_one_row_gets_righ
     assert row["pairwise"] == {"shipped": {"right_only_here": 1, "right_only_there": 1, "sign_test_p": 1.0}}
     assert res["rows"]["shipped"]["pairwise"]["ensemble_3"]["right_only_there"] == 1
     assert res["rows"]["shipped"]["per_fold_micro_f1"] == {0: 0.8, 1: 0.5}
+    # each row's answers, in fold order, compared with another run's (another commit's) by --against
+    assert res["rows"]["shipped"]["answers"] == "11100" and res["rows"]["ensemble_3"]["answers"] == "01110"
+    from benchmarks.cv import against
+
+    vs = against(res, res, "ensemble_3")
+    assert (vs["shipped"]["right_only_here"], vs["shipped"]["right_only_there"]) == (1, 1)
+    assert vs["ensemble_3"]["right_only_here"] == vs["ensemble_3"]["right_only_there"] == 0
+    with pytest.raises(SystemExit, match="no answers"):
+        against(res, {"rows": {"shipped": {"accuracy": 0.5}}})
 
 
 def test_history_extras_benchmark_counts_what_each_strategy_proposes():
