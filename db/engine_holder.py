@@ -151,7 +151,8 @@ class EngineHolder:
     def learn(self, mention: str, terms: list[str], document: str = "") -> None:
         """A decision, learnt at once: the mention as the engine reads it in its ``document`` (if any)."""
         with self.lock:
-            self.engine.add_coded_mention(reading.in_document(self.engine, mention, document), list(terms))
+            read = reading.in_document(self.engine, mention, document)
+            self.engine.add_coded_mention(read, list(terms), written=mention if read != mention else "")
             self._learnt(mention)
 
     def _learnt(self, text: str) -> None:

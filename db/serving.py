@@ -22,6 +22,7 @@ to either.
 from __future__ import annotations
 
 from db import abbreviations, services
+from termnorm import reading
 from termnorm.engine import PRETRAINED, Engine, cold_start_domain
 from termnorm.text.normalize import normalize
 
@@ -87,10 +88,11 @@ def build_engine(url: str | None, vocabulary_id: int, version: str | None = None
     if engine is None:
         engine = shipped_engine(vocab, history)
     else:
-        known = {normalize(m.text): list(m.terms) for m in engine.history}
+        known = {normalize(m.text): list(m.terms) for m in engine.history}  # stored as read in their notes
         for m in history:
-            if known.get(normalize(m.text)) != list(m.terms):
-                engine.add_coded_mention(m.text, m.terms)
+            read = reading.in_document(engine, m.text, m.document)
+            if known.get(normalize(read)) != list(m.terms):
+                engine.add_coded_mention(read, m.terms, written=m.text if read != m.text else "")
     for term, syn in synonyms:  # already in the vocabulary; this also puts them in the sieve
         if term in engine.vocabulary:
             engine.add_synonym(term, syn)

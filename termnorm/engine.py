@@ -82,6 +82,7 @@ class Engine:
         # hospital uses: make them candidates (CHIP-CDN dev: 100 -> 22 unreachable mentions)
         self.added_terms = add_history_terms(vocabulary, self.history)
         self._sieve: dict[str, list[str]] = reading.sieve_of(self.history)
+        self._sieve_read = reading.read_only_keys(self.history)
 
         def build():  # the tagger mines the vocabulary as given, before coded history added terms to it
             added = set(self.added_terms)
@@ -310,7 +311,7 @@ class Engine:
 
         eng = copy.copy(self)
         eng.history = reading.read_labelled(self, history)
-        eng._sieve = reading.sieve_of(eng.history)
+        eng._sieve, eng._sieve_read = reading.sieve_of(eng.history), reading.read_only_keys(eng.history)
         eng._history_recallers = history_strategies(self.vocabulary, eng.history, self.history_extras)
         eng.union = eng._union([*self._vocab_strategies, *eng._history_recallers], split=self.split)
         eng.meta = dict(self.meta)
@@ -456,13 +457,15 @@ class Engine:
 
         return sum(self.add_abbreviation(a, e) for a, e in abbreviation_pairs(table))
 
-    def add_coded_mention(self, mention: str, terms: list[str]) -> None:
-        """A coder's decision: the same mention now returns these terms, similar ones get them as candidates."""
+    def add_coded_mention(self, mention: str, terms: list[str], written: str = "") -> None:
+        """A coder's decision: the same mention now returns these terms, similar ones get them as candidates.
+        ``written``: the mention as written when ``mention`` is its reading in a note; a reading does not
+        replace what a mention coded as written answers (termnorm.reading.sieve_of)."""
         terms = [t for t in terms if t in self.vocabulary]
         if not terms:
             return
-        self._sieve[normalize(mention)] = list(terms)
-        self.history.append(LabelledMention(mention, list(terms)))
+        reading.into_sieve(self, normalize(mention), terms, written)
+        self.history.append(LabelledMention(mention, list(terms), written=written))
         for r in self._history_recallers:
             r.add_coded_mention(mention, list(terms))
 

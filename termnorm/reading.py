@@ -92,6 +92,25 @@ def sieve_of(history) -> dict[str, list[str]]:
     return out
 
 
+def into_sieve(engine, key: str, terms: list[str], written: str = "") -> None:
+    """One decision into ``engine``'s sieve (Engine.add_coded_mention): a mention coded as written always, a
+    reading (``written``: the mention as written) only where no mention coded as written answers ``key``."""
+    read_keys = engine.__dict__.setdefault("_sieve_read", set())  # engines saved before it: none
+    if not written:
+        engine._sieve[key] = list(terms)
+        read_keys.discard(key)
+    elif key not in engine._sieve or key in read_keys:
+        engine._sieve[key] = list(terms)
+        read_keys.add(key)
+
+
+def read_only_keys(history) -> set[str]:
+    """The sieve's texts that only readings answer (no mention coded as written): a later decision on a
+    mention as written replaces them, a later reading does not replace a written one (Engine.add_coded_mention)."""
+    written = {normalize(m.text) for m in history if not m.written}
+    return {normalize(m.text) for m in history if m.written} - written
+
+
 def suggest_batch(engine, mentions: list[str], k: int, progress, documents) -> list:
     """:meth:`termnorm.engine.Engine.suggest_batch`: each mention read in its document, then with the run-time
     abbreviations spelled out, in groups of 64. The document's reading is what the sieve looks up (coded

@@ -163,3 +163,19 @@ def test_a_character_the_long_form_ends_with_is_not_said_twice(mention, read):
     for name in ("腹腔镜经腹全子宫切除术", "经皮冠状动脉介入治疗"):
         v.add_term(name)
     assert reading.in_document(Engine(v, history=[], keyword_dir=None), mention, note) == read
+
+
+def test_a_decision_on_a_reading_does_not_replace_one_on_the_mention_as_written():
+    """The app learns each decision at once (Engine.add_coded_mention, db.engine_holder): the sieve keeps the
+    rule the engine is fitted with, a mention coded as written outweighs a reading, the latest of a kind wins."""
+    eng = _tiny_engine()
+    eng.add_coded_mention("Fish-eye disease", ["Fish-eye disease"])  # as written
+    eng.add_coded_mention("Fish-eye disease", ["Familial amyloid polyneuropathy"], written="FED")  # a reading
+    assert eng._sieve["fish-eye disease"] == ["Fish-eye disease"]
+    assert eng.history[-1].written == "FED"
+    eng.add_coded_mention("Fish-eye disease", ["Adenomatous Polyposis Coli"])  # a coder's correction, as written
+    assert eng._sieve["fish-eye disease"] == ["Adenomatous Polyposis Coli"]
+    fresh = _tiny_engine()
+    fresh.add_coded_mention("Fish-eye disease", ["Familial amyloid polyneuropathy"], written="FED")
+    fresh.add_coded_mention("Fish-eye disease", ["Fish-eye disease"], written="FED")  # readings: the latest
+    assert fresh._sieve["fish-eye disease"] == ["Fish-eye disease"]
