@@ -33,7 +33,6 @@ from pathlib import Path
 
 import numpy as np
 
-from termnorm import reading
 from termnorm.records import LabelledMention
 from termnorm.text.normalize import normalize
 
@@ -178,9 +177,8 @@ def fit_with_pairs(engine, train: list[LabelledMention], confirmed_negatives: di
 
     say = progress or (lambda f, m: None)
     confirmed_negatives = confirmed_negatives or {}
-    # read in their documents as Engine.fit_lexical reads them, so the ranker learns on the texts it serves
-    pos = reading.read_labelled(engine, [m for m in train if m.terms])
-    known = {normalize(m.written or m.text) for m in pos}
+    pos = [m for m in train if m.terms]
+    known = {normalize(m.text) for m in pos}
     reject_only = [LabelledMention(t, []) for t in confirmed_negatives if normalize(t) not in known]
     items = pos + reject_only
     if len(pos) < MIN_TRAIN:
@@ -201,7 +199,7 @@ def fit_with_pairs(engine, train: list[LabelledMention], confirmed_negatives: di
         say(0.45, "scoring candidates with the current model (mining, E-FN)")
         cur_scores = cur_rank.score(texts, cand_lists, n_parts)
         if heldout_texts is not None:
-            heldout = [normalize(m.written or m.text) in heldout_texts for m in items]
+            heldout = [normalize(t) in heldout_texts for t in texts]
         else:
             seen = {normalize(m.text) for m in getattr(current, "history", [])}
             heldout = [normalize(t) not in seen for t in texts]

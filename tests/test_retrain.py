@@ -322,23 +322,3 @@ def test_a_first_fit_takes_the_vocabularys_pipeline_settings(tmp_path):
         assert R.retrain(vid, url=url, registry=reg2, gate=Gate(min_n=10), neural=False).engine.prior is None
     finally:
         S.dispose(url)
-
-
-def test_the_apps_refit_learns_on_mentions_read_in_their_notes():
-    """Engine.fit_lexical reads training mentions in their documents; the app's refit (fit_with_pairs) built
-    its candidates from the mentions as written, so the ranker learned on texts it never serves."""
-    from termnorm.records import LabelledMention
-
-    note = "患者因胆囊结石行部分胆囊切除术（PCX），术后恢复好。"
-    train = [m for m in demo_mentions() if m.terms][:60] + [LabelledMention("PCX", ["部分胆囊切除术"], document=note)]
-    engine = Engine(demo_vocabulary("procedures"), history=train)
-    seen: list[str] = []
-    real = engine.kfold_candidates
-
-    def recording(items, *args, **kw):
-        seen.extend(m.text for m in items)
-        return real(items, *args, **kw)
-
-    engine.kfold_candidates = recording
-    F.fit_with_pairs(engine, train)
-    assert "部分胆囊切除术" in seen and "PCX" not in seen  # the note's reading, as Engine.fit_lexical uses
