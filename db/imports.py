@@ -284,7 +284,7 @@ def _xlsx_rows(data: bytes):
             texts = ([cell_text(v) for v in r] for r in ws.iter_rows(values_only=True))
             if find_column(next((c for c in texts if any(c)), []), MENTION_COLUMNS) is not None:
                 with_mentions.append(i)
-        names = wb.sheetnames
+        names = [ws.title for ws in wb.worksheets]  # sheetnames would count chart sheets too
     finally:
         wb.close()
     sheet = with_mentions[0] if with_mentions else 0
