@@ -119,10 +119,10 @@ def compare_keywords(mention_spans: list[KeywordSpan], term_spans: list[KeywordS
     out: list[str | None] = []
     for t in term_spans:
         kin = [m for m in mention_spans if m.kind == t.kind]
-        if not kin or any(_nested_sites(m, t) for m in kin) and not any(_agree(m, t, same) for m in kin):
-            out.append(None)
-        elif any(_agree(m, t, same) for m in kin):
+        if any(_agree(m, t, same) for m in kin):
             out.append("match")
+        elif not kin or any(_nested_sites(m, t) for m in kin):
+            out.append(None)
         else:
             out.append("mismatch" if t.kind in MISMATCH_KINDS else None)
     return out

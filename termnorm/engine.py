@@ -81,8 +81,7 @@ class Engine:
         # gold names of coded mentions that the vocabulary lacks are terms the
         # hospital uses: make them candidates (CHIP-CDN dev: 100 -> 22 unreachable mentions)
         self.added_terms = add_history_terms(vocabulary, self.history)
-        self._sieve: dict[str, list[str]] = reading.sieve_of(self.history)
-        self._sieve_read = reading.read_only_keys(self.history)
+        self._sieve, self._sieve_read = reading.sieve_of(self.history)
 
         def build():  # the tagger mines the vocabulary as given, before coded history added terms to it
             added = set(self.added_terms)
@@ -311,7 +310,7 @@ class Engine:
 
         eng = copy.copy(self)
         eng.history = reading.read_labelled(self, history)
-        eng._sieve, eng._sieve_read = reading.sieve_of(eng.history), reading.read_only_keys(eng.history)
+        eng._sieve, eng._sieve_read = reading.sieve_of(eng.history)
         eng._history_recallers = history_strategies(self.vocabulary, eng.history, self.history_extras)
         eng.union = eng._union([*self._vocab_strategies, *eng._history_recallers], split=self.split)
         eng.meta = dict(self.meta)

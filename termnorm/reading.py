@@ -82,14 +82,19 @@ def read_labelled(engine, mentions) -> list:
     return out
 
 
-def sieve_of(history) -> dict[str, list[str]]:
-    """The sieve's exact answers, ``{normalized coded text: terms}``: the latest coding of a text wins, and a
-    mention coded as written wins over one read in its document. An "AAPC" read as "adenomatous polyposis
-    coli" and coded *attenuated* FAP must not answer the 20 mentions coders wrote that way and coded FAP."""
+def sieve_of(history) -> tuple[dict[str, list[str]], set[str]]:
+    """The sieve's exact answers, ``{normalized coded text: terms}``, and the texts only readings answer. The
+    latest coding of a text wins, and a mention coded as written wins over one read in its document: an "AAPC"
+    read as "adenomatous polyposis coli" and coded *attenuated* FAP must not answer the 20 mentions coders
+    wrote that way and coded FAP."""
     out: dict[str, list[str]] = {}
+    written: set[str] = set()
     for m in [*(m for m in history if m.written), *(m for m in history if not m.written)]:
-        out[normalize(m.text)] = list(m.terms)
-    return out
+        key = normalize(m.text)
+        out[key] = list(m.terms)
+        if not m.written:
+            written.add(key)
+    return out, set(out) - written
 
 
 def into_sieve(engine, key: str, terms: list[str], written: str = "") -> None:
@@ -102,13 +107,6 @@ def into_sieve(engine, key: str, terms: list[str], written: str = "") -> None:
     elif key not in engine._sieve or key in read_keys:
         engine._sieve[key] = list(terms)
         read_keys.add(key)
-
-
-def read_only_keys(history) -> set[str]:
-    """The sieve's texts that only readings answer (no mention coded as written): a later decision on a
-    mention as written replaces them, a later reading does not replace a written one (Engine.add_coded_mention)."""
-    written = {normalize(m.text) for m in history if not m.written}
-    return {normalize(m.text) for m in history if m.written} - written
 
 
 def suggest_batch(engine, mentions: list[str], k: int, progress, documents) -> list:
