@@ -25,7 +25,7 @@ import logging
 import re
 from functools import lru_cache
 
-from termnorm.text.normalize import SAID_TWICE
+from termnorm.text.normalize import said_once
 
 #: Short forms longer than this are not abbreviations (the package accepts up to ten words).
 MAX_SHORT = 12
@@ -75,12 +75,12 @@ def _initials_definitions(document: str) -> dict[str, str]:
         letters = [c.lower() for c in short if c.isalpha()]
         if len(letters) < 2 or not any(c.isupper() for c in short):
             continue
-        before = document[:m.start()]
-        words = list(re.finditer(r"[A-Za-z][A-Za-z0-9']*", before[-200:]))
+        before = document[max(0, m.start() - 200):m.start()]  # a window, not the whole text before each bracket
+        words = list(re.finditer(r"[A-Za-z][A-Za-z0-9']*", before))
         if len(words) < len(letters):
             continue
         span = words[-len(letters):]
-        gap = before[-200:][span[0].start():]
+        gap = before[span[0].start():]
         if [w.group()[0].lower() for w in span] != letters or re.search(r"[.;:()\[\]]", gap):
             continue
         out.setdefault(short, " ".join(gap.split()))
@@ -146,8 +146,7 @@ def _spell(m: re.Match, pairs: dict[str, str]) -> str:
     after = m.group(2) or ""
     if m.group(3) and long.split()[-1].lower() == m.group(3).lower():
         after = ""
-    cjk = m.group(4)
-    return long + after + ("" if cjk and not after and cjk in SAID_TWICE and long.endswith(cjk) else cjk)
+    return said_once(long, m.group(4)) if not after else long + after + m.group(4)
 
 
 def read_in_document(mention: str, document: str | None, known: frozenset[str] | None = None,

@@ -380,14 +380,20 @@ class Abbreviations:
         long = self.table.get(m.group(0))
         if long is None:
             return m.group(0)
-        after = m.string[m.end():m.end() + 1]
-        return long[:-1] if after and after in SAID_TWICE and long.endswith(after) else long
+        after = m.string[m.end():m.end() + 1]  # stays in the text: only the short form is replaced
+        return said_once(long, after)[:-len(after)] if after else long
 
 
 _TOKEN_RE = re.compile(r"(?<![a-z0-9])[a-z][a-z0-9]*(?![a-z0-9])")
 _BRACKETED_RE = re.compile(r"\(\s*([a-z][a-z0-9]*)\s*\)")
 #: A Chinese character after a short form that its long form ending in it already says (TLH术: 全子宫切除术)
 SAID_TWICE = "术症炎瘤癌"
+
+
+def said_once(long: str, after: str) -> str:
+    """``long`` (a short form spelled out) followed by ``after`` (the character written after the short form),
+    that character not said twice: said_once("全子宫切除术", "术") == "全子宫切除术"."""
+    return long if after and after in SAID_TWICE and long.endswith(after) else long + after
 _COMPILED: dict[int, tuple[dict, int, Abbreviations]] = {}
 
 
