@@ -57,6 +57,30 @@ def _latin_definitions(document: str) -> dict[str, str]:
         # "attenuated adenomatous polyposis coli (AAPC)" gives AAPC = "adenomatous polyposis coli"
         if short not in out or long.lower().endswith(" " + out[short].lower()):
             out[short] = long
+    for short, long in list(out.items()):
+        for part, spelled in _hyphen_parts(short, long):
+            out.setdefault(part, spelled)
+    return out
+
+
+def _hyphen_parts(short: str, long: str) -> list[tuple[str, str]]:
+    """The parts of a hyphenated short form, each with its part of the long form: "HPT-JT" defined as
+    "hyperparathyroidism-jaw tumor syndrome" also defines HPT (hyperparathyroidism) and JT (jaw tumor), which
+    the abstract then writes alone. A part of two letters or more, one capital at least, whose long part is one
+    word with its first letter or starts with words whose initials spell it; else nothing."""
+    shorts, longs = short.split("-"), long.split("-")
+    if len(shorts) < 2 or len(shorts) != len(longs):
+        return []
+    out = []
+    for s, lp in zip(shorts, longs):
+        letters = [c.lower() for c in s if c.isalpha()]
+        words = lp.split()
+        if not words or not s.isalnum() or len(letters) != len(s) or len(s) < 2 or not any(c.isupper() for c in s):
+            continue
+        if len(words) == 1 and words[0][0].lower() == letters[0] and len(words[0]) > len(s):
+            out.append((s, words[0]))
+        elif len(words) >= len(letters) and [w[0].lower() for w in words[:len(letters)]] == letters:
+            out.append((s, " ".join(words[:len(letters)])))
     return out
 
 

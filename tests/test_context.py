@@ -80,10 +80,12 @@ def test_ncbi_abbreviations_are_read_in_their_abstracts():
     assert ("von Hippel-Lindau (VHL) disease", "von Hippel-Lindau disease") in changed
     assert ("AO-GLD", "adult onset globoid cell leukodystrophy") in changed  # "(Krabbe disease; AO-GLD)"
     assert ("AAPC", "attenuated adenomatous polyposis coli") in changed  # not "adenomatous polyposis coli"
+    # the parts of a hyphenated short form, which the abstract then writes alone ("HPT-JT" defined once)
+    assert {("HPT", "hyperparathyroidism"), ("JT", "jaw tumor"), ("primary HPT", "primary hyperparathyroidism")} <= changed
     # a MEDIC name or synonym is read as written: SJS (a synonym of SJS type 1; spelled out, Schwartz-Jampel
     # syndrome is a synonym of Osteochondrodysplasias), FED (fish-eye disease's)
     assert not any(a in ("SJS", "FED") for a, _ in changed)
-    assert 50 <= sum(a.text != b.text for a, b in zip(dev, read)) <= 70  # of 787 (measured: 61)
+    assert 55 <= sum(a.text != b.text for a, b in zip(dev, read)) <= 75  # of 787 (measured: 65)
 
 
 @pytest.mark.parametrize("note, mention, read", [
@@ -134,6 +136,14 @@ def test_long_forms_schwartz_hearst_cuts_short_or_misses(document, short, long):
     assert defined_abbreviations(document)[short] == long
     # nothing is made of a bracket that ends in a number or an ordinary word
     assert defined_abbreviations("Huntington disease (HD, 143100) and more (see below; Table 1).") == {}
+
+
+def test_the_parts_of_a_hyphenated_short_form_are_defined_too():
+    found = defined_abbreviations("Familial hyperparathyroidism-jaw tumor syndrome (HPT-JT) is rare.")
+    assert found["HPT"] == "hyperparathyroidism" and found["JT"] == "jaw tumor"  # not "jaw tumor syndrome"
+    # one-letter parts, or parts whose long part does not start with their letters, define nothing
+    assert set(defined_abbreviations("ataxia-telangiectasia (A-T) and X-linked adrenoleukodystrophy (X-ALD)")) == \
+        {"A-T", "X-ALD"}
 
 
 def test_a_mention_coded_as_written_outweighs_a_reading_in_the_sieve():
