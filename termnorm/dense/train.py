@@ -191,7 +191,9 @@ def train_biencoder(model: BiEncoder, vocab: Vocabulary, train: Sequence[Labelle
         fv = qv = vv = None
         ep: dict = {"epoch": epoch}
         if need_state:
-            fv, qv, vv = encode_state(last or c.objective != "batch_hard")
+            # the last pass needs the anchors only for the count head refit and the history index: synonyms
+            # (data "vocab") feed neither, and 64k MEDIC synonyms take minutes to encode on a CPU
+            fv, qv, vv = encode_state((last and c.data != "vocab") or (not last and c.objective != "batch_hard"))
             if val:
                 ep.update(evaluate_recall(model, vocab, val, c.eval_ks, form_vecs=fv, query_vecs=vv))
         if last:
