@@ -81,7 +81,8 @@ def test_ncbi_abbreviations_are_read_in_their_abstracts():
     assert ("AO-GLD", "adult onset globoid cell leukodystrophy") in changed  # "(Krabbe disease; AO-GLD)"
     assert ("AAPC", "attenuated adenomatous polyposis coli") in changed  # not "adenomatous polyposis coli"
     # the parts of a hyphenated short form, which the abstract then writes alone ("HPT-JT" defined once)
-    assert {("HPT", "hyperparathyroidism"), ("JT", "jaw tumor"), ("primary HPT", "primary hyperparathyroidism")} <= changed
+    parts = {("HPT", "hyperparathyroidism"), ("JT", "jaw tumor"), ("primary HPT", "primary hyperparathyroidism")}
+    assert parts <= changed
     # a MEDIC name or synonym is read as written: SJS (a synonym of SJS type 1; spelled out, Schwartz-Jampel
     # syndrome is a synonym of Osteochondrodysplasias), FED (fish-eye disease's)
     assert not any(a in ("SJS", "FED") for a, _ in changed)
