@@ -289,6 +289,16 @@ def test_main_writes_model_index_and_config(tiny_dir, tmp_path):
     vocab = load_vocabulary(DEMO / "procedures.csv")
     rec = DenseRecaller.load(out / "index", enc, vocab)
     assert len(rec.recall("甲状腺病损切除术", 5)) == 5
+    # a pipeline built with this encoder takes the forms' vectors from the saved index instead of encoding them
+    encoded = DenseRecaller(enc).fit(vocab, form_vecs=enc.encode_terms(vocab.surface_forms()[0]))
+    enc.encode_terms = lambda *a, **k: pytest.fail("the vocabulary was encoded again")
+    reused = DenseRecaller(enc).fit(vocab)
+    for got, want in zip(reused.recall_batch(probe, 5), encoded.recall_batch(probe, 5)):
+        assert [t for t, _ in got] == [t for t, _ in want] and np.allclose([x for _, x in got], [x for _, x in want])
+    # a model written after its index (or another vocabulary) is encoded afresh
+    (out / "model" / "config.json").touch()
+    with pytest.raises(pytest.fail.Exception, match="encoded again"):
+        DenseRecaller(enc).fit(vocab)
 
 
 # ---------------------------------------------------------------- cross-fitted bi-encoders

@@ -308,7 +308,9 @@ class BiEncoder:
         if cfg.get("count_head"):
             head = CountHead(**cfg["count_head"])
             head.load_state_dict(torch.load(directory / COUNT_HEAD_NAME, map_location="cpu"))
-        return cls(st, cfg.get("query_prefix", ""), cfg.get("passage_prefix", ""), cfg.get("source", ""), head)
+        enc = cls(st, cfg.get("query_prefix", ""), cfg.get("passage_prefix", ""), cfg.get("source", ""), head)
+        enc.folder = directory  # where its run's saved index is looked for (dense.index.saved_form_vectors)
+        return enc
 
 
 def fit_count_head(encoder: BiEncoder, mentions, epochs: int = 300, lr: float = 1e-2, seed: int = 0) -> float:
