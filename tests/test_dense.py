@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -295,8 +296,9 @@ def test_main_writes_model_index_and_config(tiny_dir, tmp_path):
     reused = DenseRecaller(enc).fit(vocab)
     for got, want in zip(reused.recall_batch(probe, 5), encoded.recall_batch(probe, 5)):
         assert [t for t, _ in got] == [t for t, _ in want] and np.allclose([x for _, x in got], [x for _, x in want])
-    # a model written after its index (or another vocabulary) is encoded afresh
-    (out / "model" / "config.json").touch()
+    # a model written after its index is encoded afresh
+    later = (out / "index" / "vocabulary" / "index.json").stat().st_mtime + 10
+    os.utime(out / "model" / "config.json", (later, later))
     with pytest.raises(pytest.fail.Exception, match="encoded again"):
         DenseRecaller(enc).fit(vocab)
 
