@@ -73,14 +73,13 @@ def _hyphen_parts(short: str, long: str) -> list[tuple[str, str]]:
         return []
     out = []
     for s, lp in zip(shorts, longs):
-        letters = [c.lower() for c in s if c.isalpha()]
         words = lp.split()
-        if not words or not s.isalnum() or len(letters) != len(s) or len(s) < 2 or not any(c.isupper() for c in s):
+        if not words or len(s) < 2 or not s.isalpha() or s.islower():
             continue
-        if len(words) == 1 and words[0][0].lower() == letters[0] and len(words[0]) > len(s):
+        if len(words) == 1 and words[0][0].lower() == s[0].lower() and len(words[0]) > len(s):
             out.append((s, words[0]))
-        elif len(words) >= len(letters) and [w[0].lower() for w in words[:len(letters)]] == letters:
-            out.append((s, " ".join(words[:len(letters)])))
+        elif "".join(w[0] for w in words[:len(s)]).lower() == s.lower():
+            out.append((s, " ".join(words[:len(s)])))
     return out
 
 

@@ -172,6 +172,7 @@ class BiEncoder:
         self.query_prefix = query_prefix
         self.passage_prefix = passage_prefix
         self.source = source
+        self.folder: Path | None = None  # the model folder it was loaded from (its run's index is beside it)
         self.count_head = count_head
         if count_head is not None:
             count_head.to(self.device)
@@ -309,7 +310,7 @@ class BiEncoder:
             head = CountHead(**cfg["count_head"])
             head.load_state_dict(torch.load(directory / COUNT_HEAD_NAME, map_location="cpu"))
         enc = cls(st, cfg.get("query_prefix", ""), cfg.get("passage_prefix", ""), cfg.get("source", ""), head)
-        enc.folder = directory  # where its run's saved index is looked for (dense.index.saved_form_vectors)
+        enc.folder = directory
         return enc
 
 

@@ -218,7 +218,7 @@ def saved_form_vectors(encoder, texts: Sequence[str], ids) -> np.ndarray | None:
         idx = TermIndex.load(saved)
     except (OSError, ValueError, RuntimeError):
         return None
-    if idx._index is None or idx.texts != list(texts) or not np.array_equal(idx._ids, np.asarray(ids)):
+    if idx._index is None or idx.texts != list(texts) or not np.array_equal(idx.ids, np.asarray(ids)):
         return None
     try:
         return idx._index.reconstruct_n(0, idx._index.ntotal)
