@@ -148,10 +148,9 @@ def outer_fold(train: list, dev: list, k: int) -> tuple[list, list]:
 
 
 def write_folds(name: str, data: str, out: str) -> list[Path]:
-    """Each outer fold's training mentions as ``out/fold{k}/train.xlsx`` (原始词 / 标准词, terms joined by
-    ``##``): what a fold's dense bi-encoder is trained on (``python -m termnorm.dense.train --train``)."""
-    import pandas as pd
-
+    """Each outer fold's training mentions as ``out/fold{k}/train.json`` (CHIP-CDN's JSON: ``text`` and
+    ``normalized_result``, terms joined by ``##``; JSON keeps any character, where a worksheet refuses control
+    characters): what a fold's dense bi-encoder is trained on (``python -m termnorm.dense.train --train``)."""
     from benchmarks.accuracy import SETS
     from termnorm.loaders import load_labelled, load_vocabulary
 
@@ -162,10 +161,10 @@ def write_folds(name: str, data: str, out: str) -> list[Path]:
     paths = []
     for k in range(5):
         fold_train, _ = outer_fold(train, dev, k)
-        path = Path(out) / f"fold{k}" / "train.xlsx"
+        path = Path(out) / f"fold{k}" / "train.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        pd.DataFrame({"原始词": [m.text for m in fold_train],
-                      "标准词": ["##".join(m.terms) for m in fold_train]}).to_excel(path, index=False)
+        rows = [{"text": m.text, "normalized_result": "##".join(m.terms)} for m in fold_train]
+        path.write_text(json.dumps(rows, ensure_ascii=False, indent=0), encoding="utf-8")
         paths.append(path)
     return paths
 

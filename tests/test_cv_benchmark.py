@@ -27,16 +27,22 @@ def test_the_dense_row_needs_its_per_fold_encoders(tmp_path, capsys):
     assert not (tmp_path / "cv.json").exists()
 
 
-@pytest.mark.skipif(not (DATA / "yidu-n7k" / "val.xlsx").is_file(), reason="shared data absent")
-def test_written_fold_files_hold_each_folds_training_mentions_and_none_of_its_test(tmp_path):
+@pytest.mark.parametrize("name, files", [
+    ("yidu", ("yidu-n7k/code.txt", "yidu-n7k/train.xlsx", "yidu-n7k/val.xlsx")),
+    # CHIP-CDN holds mentions with control characters, which a worksheet refuses
+    ("cdn", ("chip-cdn/icd10_beijing_clinical_v601.xlsx", "chip-cdn/train.json", "chip-cdn/dev.json")),
+])
+def test_written_fold_files_hold_each_folds_training_mentions_and_none_of_its_test(tmp_path, name, files):
     from benchmarks.cv import outer_fold, write_folds
     from termnorm.loaders import load_labelled, load_vocabulary
 
-    paths = write_folds("yidu", str(DATA), str(tmp_path))
-    assert [p.relative_to(tmp_path).as_posix() for p in paths] == [f"fold{k}/train.xlsx" for k in range(5)]
-    vocab = load_vocabulary(DATA / "yidu-n7k" / "code.txt")
-    train = load_labelled(DATA / "yidu-n7k" / "train.xlsx", vocab).mentions
-    dev = load_labelled(DATA / "yidu-n7k" / "val.xlsx", vocab).mentions
+    if not all((DATA / f).is_file() for f in files):
+        pytest.skip("shared data absent")
+    paths = write_folds(name, str(DATA), str(tmp_path))
+    assert [p.relative_to(tmp_path).as_posix() for p in paths] == [f"fold{k}/train.json" for k in range(5)]
+    vocab = load_vocabulary(DATA / files[0])
+    train = load_labelled(DATA / files[1], vocab).mentions
+    dev = load_labelled(DATA / files[2], vocab).mentions
     for k, path in enumerate(paths):
         want, test = outer_fold(train, dev, k)
         got = load_labelled(path, vocab).mentions
