@@ -61,6 +61,11 @@ def save(engine: Engine, folder) -> Path:
         config["stages"].insert(-2, "term-classifier")
     if engine.dense is not None:
         engine.dense.save(folder / "dense")
+        # the vocabulary's vectors beside it, written after it (termnorm.dense.index.saved_form_vectors): loading
+        # the pipeline then takes them instead of encoding every form again (MEDIC: 6 minutes on a 2-core CPU)
+        recaller = next((s for s in engine._vocab_strategies if s.name == "dense"), None)
+        if recaller is not None and recaller.vocab_index is not None:
+            recaller.vocab_index.save(folder / "index" / "vocabulary")
         config["stages"].insert(1, "dense-recall")
     if engine.ranker is not None:
         engine.ranker.save(folder / "ranker")

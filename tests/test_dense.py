@@ -356,9 +356,9 @@ def test_main_folds_writes_a_cross_fitted_encoder_whose_scores_are_out_of_fold(t
         np.testing.assert_allclose(prob[len(seen) + j], mean, atol=1e-5)
 
 
-def test_cross_fitted_encoder_in_the_engine_and_its_save_load(tiny_dir, demo, tmp_path):
+def test_cross_fitted_encoder_in_the_engine_and_its_save_load(tiny_dir, demo, tmp_path, monkeypatch):
     """The engine takes a cross-fitted encoder as its dense recaller (FAISS over the concatenated forms),
-    saves it with the pipeline and reloads the same recall."""
+    saves it with the pipeline and its vocabulary's vectors, and reloads the same recall without encoding."""
     from termnorm.dense.crossfit import CrossFitBiEncoder, load_dense
     from termnorm.engine import Engine
     from termnorm.rank.crossfit import fold_of_text
@@ -377,13 +377,36 @@ def test_cross_fitted_encoder_in_the_engine_and_its_save_load(tiny_dir, demo, tm
     eng.fit_lexical(history, seed=0)
     folder = eng.save(tmp_path / "pipe")
     assert (folder / "dense" / "folds.json").is_file()
-    back = Engine.load(folder)
+    # the vocabulary's vectors are saved with the pipeline and read back, not encoded again
+    with monkeypatch.context() as mp:
+        mp.setattr(CrossFitBiEncoder, "encode_terms", lambda *a, **k: pytest.fail("the vocabulary was encoded again"))
+        back = Engine.load(folder)
     assert isinstance(back.dense, CrossFitBiEncoder) and back.dense.fold_of == enc.fold_of
     again = back.recall_batch(probe)
     for a, b in zip(before, again):
         assert [c.term_id for c in a] == [c.term_id for c in b]
         assert [c.scores.get("dense") for c in a] == pytest.approx([c.scores.get("dense") for c in b])
     assert isinstance(load_dense(folder / "dense", device="cpu"), CrossFitBiEncoder)
+
+
+def test_a_pipeline_with_one_encoder_reloads_its_vocabulary_vectors_unless_the_model_is_newer(tiny_dir, demo,
+                                                                                              tmp_path, monkeypatch):
+    from termnorm.engine import Engine
+
+    vocab, mentions = demo
+    eng = Engine(vocab, history=mentions[:40], dense=fresh(tiny_dir), recall_profile="compact")
+    eng.fit_lexical(mentions[:40], seed=0)
+    folder = eng.save(tmp_path / "pipe")
+    probe = [m.text for m in mentions[40:50]]
+    want = eng.recall_batch(probe)
+    monkeypatch.setattr(BiEncoder, "encode_terms", lambda *a, **k: pytest.fail("the vocabulary was encoded again"))
+    for a, b in zip(want, Engine.load(folder).recall_batch(probe)):
+        assert [(c.term_id, c.scores.get("dense")) for c in a] == [(c.term_id, pytest.approx(c.scores.get("dense")))
+                                                                     for c in b]
+    later = (folder / "index" / "vocabulary" / "index.json").stat().st_mtime + 10
+    os.utime(next((folder / "dense").iterdir()), (later, later))  # a model written after the vectors
+    with pytest.raises(pytest.fail.Exception, match="encoded again"):
+        Engine.load(folder)
 
 
 def test_app_retraining_fine_tunes_a_cross_fitted_encoder_fold_by_fold(tiny_dir, demo, tmp_path):

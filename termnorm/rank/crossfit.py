@@ -73,6 +73,7 @@ class CrossFit:
             raise ValueError(f"fold numbers {sorted(bad)} outside 0..{len(models) - 1}")
         self.models = list(models)
         self.fold_of = dict(fold_of)
+        self.folder: Path | None = None
 
     @property
     def folds(self) -> int:
@@ -105,7 +106,9 @@ class CrossFit:
         if missing:
             raise FileNotFoundError(f"{folder}: fold model(s) {missing} missing")
         models = [cls._load_model(folder / f"fold{k}", **kw) for k in range(int(state["folds"]))]
-        return cls(models, {str(t): int(k) for t, k in state["fold_of"].items()})
+        loaded = cls(models, {str(t): int(k) for t, k in state["fold_of"].items()})
+        loaded.folder = folder  # as BiEncoder.folder: a run's saved index is beside it
+        return loaded
 
     @classmethod
     def _load_model(cls, folder: Path, **kw):
