@@ -72,10 +72,13 @@ Rows that change what the candidates carry refit those per outer fold too
 - ``dense``          a dense bi-encoder as one more recall strategy (``termnorm evaluate --dense``): each
                      outer fold needs its own, trained on that fold's training mentions only (``--dense``
                      names the folders, ``{k}`` the fold; ``--write-folds DIR`` writes the training files
-                     to train them from, ``DIR/fold{k}/train.xlsx``).
+                     to train them from, ``DIR/fold{k}/train.json``).
 - ``dense_crossfit`` the same with a cross-fitted bi-encoder per outer fold (``termnorm train recall --folds
                      K``, :mod:`termnorm.dense.crossfit`; ``--dense-crossfit`` names the folders): the
                      fold's training mentions get out-of-fold dense scores.
+- ``novel_2``, ``novel_4``  the pair scorer's rows of a training mention whose gold term its K-fold history
+                     never coded weigh 2 or 4 (``GBMOptions.novel_weight``); ``dense_novel_2``, ``dense_novel_4``
+                     the same with the dense row's bi-encoder.
 
 For each row: pooled exact-set accuracy and micro-F1, per-fold accuracy, accuracy by familiarity (how often
 the fold's training mentions coded the test mention's rarest gold term: never, 1-2, 3-9, 10+ times), and
@@ -125,6 +128,10 @@ ROWS = {
     "bag_3": dict(bag=3),
     "coded_key": dict(history_extras=("key",)),
     "history_extras": dict(history_extras=("key", "analogy")),
+    "novel_2": dict(novel_weight=2.0),
+    "novel_4": dict(novel_weight=4.0),
+    "dense_novel_2": dict(dense="dense", novel_weight=2.0),
+    "dense_novel_4": dict(dense="dense", novel_weight=4.0),
 }
 DEFAULT_ROWS = ("shipped", "ensemble_3", "no_context", "no_part_count", "before")
 #: options of the ranker's training data (what the candidates carry, how many history splits): a row with
@@ -343,7 +350,7 @@ def main(argv=None) -> int:
     unknown = [r for r in rows if r not in ROWS]
     if unknown or rows[0] != "shipped":
         ap.error(f"--rows: 'shipped' first, then any of {', '.join(ROWS)}; got {args.rows}")
-    if "dense" in rows and not args.dense:
+    if any(ROWS[r].get("dense") == "dense" for r in rows) and not args.dense:
         ap.error("row dense needs --dense (the bi-encoder folder of each outer fold, '{k}' for the fold)")
     if "dense_crossfit" in rows and not args.dense_crossfit:
         ap.error("row dense_crossfit needs --dense-crossfit (the cross-fitted folder of each outer fold, '{k}')")

@@ -285,11 +285,11 @@ class Engine:
 
     def fit_ranker(self, splits: list[tuple], seed: int = 0, rule_metric: str = "accuracy",
                    keyword_features: bool = True, ensemble: int | None = None, context_features: bool = True,
-                   part_count: bool = True, progress: bool = False) -> dict:
+                   part_count: bool = True, progress: bool = False, novel_weight: float = 1.0) -> dict:
         """The second half of :meth:`fit_lexical`: the GBM ranker, count classifier, output rule and
-        confidence on splits of :meth:`ranker_training_data` (options as there)."""
+        confidence on splits of :meth:`ranker_training_data` (options as there and in GBMOptions)."""
         return fitting.fit_ranker(self, splits, seed, rule_metric, keyword_features, ensemble, context_features,
-                                  part_count, progress)
+                                  part_count, progress, novel_weight)
 
     def fit_surface(self, mentions, cand_lists, golds, enabled: bool = True, progress: bool = False,
                     keywords: bool = True) -> None:

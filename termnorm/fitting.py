@@ -13,6 +13,7 @@ import copy
 import hashlib
 import json
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
@@ -39,6 +40,9 @@ class GBMOptions:
     ensemble: int | None = None  # GBMs in the pair scorer (None: termnorm.gbm_ranker.ENSEMBLE)
     context_features: bool = True  # list-context features (termnorm.gbm_ranker.CONTEXT_KEYS)
     part_count: bool = True  # the count classifier's part-coverage features (termnorm.gbm_ranker.part_features)
+    # weight of the pair-scorer rows of a training mention whose gold term its K-fold history never coded (the
+    # never-coded terms are a few percent of the rows and the GBM learns to prefer coded terms)
+    novel_weight: float = 1.0
 
 
 def fit_lexical(engine: Engine, train: list[LabelledMention], folds: int = 4, progress: bool = False,
@@ -94,7 +98,8 @@ def ranker_training_data(engine: Engine, train: list[LabelledMention], folds: in
         scorer = scorer if r else engine.diff_scorer
         surface_s += engine.meta.get("surface_diff_seconds", 0.0)
         # the rng draws the held-out mentions of the output rule (fit_ranker copies it per fit)
-        splits.append((mentions, cand_lists, golds, [engine._n_parts(m) for m in mentions], hcounts, rng))
+        splits.append((mentions, cand_lists, golds, [engine._n_parts(m) for m in mentions], hcounts, rng,
+                       _fold_familiarity(train, fold_of, order)))
     engine.diff_scorer = scorer
     if surface_diff:
         engine.meta["surface_diff_seconds"] = round(surface_s, 2)
@@ -102,9 +107,21 @@ def ranker_training_data(engine: Engine, train: list[LabelledMention], folds: in
     return splits
 
 
+def _fold_familiarity(train: list[LabelledMention], fold_of, order: list[int]) -> list[int]:
+    """Per mention of ``order``: how often the other folds' mentions code its rarest gold term (what its
+    candidates' history scores could know)."""
+    counts = {f: Counter() for f in set(int(f) for f in fold_of)}
+    for m, g in zip(train, fold_of):
+        if m.terms and not isinstance(m, SyntheticMention):
+            for f, c in counts.items():
+                if f != g:
+                    c.update(set(m.terms))
+    return [min((counts[int(fold_of[i])][t] for t in train[i].terms), default=0) for i in order]
+
+
 def fit_ranker(engine: Engine, splits: list[tuple], seed: int = 0, rule_metric: str = "accuracy",
                keyword_features: bool = True, ensemble: int | None = None, context_features: bool = True,
-               part_count: bool = True, progress: bool = False) -> dict:
+               part_count: bool = True, progress: bool = False, novel_weight: float = 1.0) -> dict:
     """:meth:`termnorm.engine.Engine.fit_ranker`."""
     from termnorm.gbm_ranker import ENSEMBLE, LexicalRanker, PairFeaturizer
 
@@ -116,18 +133,20 @@ def fit_ranker(engine: Engine, splits: list[tuple], seed: int = 0, rule_metric: 
     feat = PairFeaturizer(keys, tagger=engine.tagger, keywords=keyword_features, context=context_features)
     t0 = time.perf_counter()
     first = (*splits[0][:5], copy.deepcopy(splits[0][5]))  # refits on the same splits stay identical
+    weights = [_novel_weights(sp, novel_weight) for sp in splits]
     with threadpool_limits(limits=fit_threads(), user_api="openmp"):
-        _fit_ranker(engine, feat, *first, seed, rule_metric, ranker_kw)
+        _fit_ranker(engine, feat, *first, seed, rule_metric, ranker_kw, weights[0])
         if len(splits) > 1:
             it = splits[1:]
             if progress:
                 from tqdm import tqdm
                 it = tqdm(it, desc="bagged rankers")
-            members = [engine.lexranker] + [LexicalRanker(feat, seed=seed + r, **ranker_kw).fit(*sp[:5])
-                                            for r, sp in enumerate(it, start=1)]
+            members = [engine.lexranker] + [LexicalRanker(feat, seed=seed + r, **ranker_kw).fit(*sp[:5], w)
+                                            for r, (sp, w) in enumerate(zip(it, weights[1:]), start=1)]
             engine.lexranker = LexicalRanker.bagged(members)
     engine.meta.update(score_keys=keys, ranker_bag=len(splits), ranker_ensemble=ensemble,
                        context_features=bool(context_features), part_count=bool(part_count),
+                       novel_weight=float(novel_weight),
                        fit_seconds=round(time.perf_counter() - t0, 2))
     return engine.meta
 
@@ -195,8 +214,16 @@ def kfold_candidates(engine: Engine, items: list[LabelledMention], fold_of, with
     return order, cand_lists, hcounts
 
 
+def _novel_weights(split: tuple, novel_weight: float) -> list | None:
+    """Row weights of :class:`LexicalRanker` for a split: ``novel_weight`` on the candidates of the mentions
+    whose gold term the split's history never coded (None when the weight is 1 or the split predates it)."""
+    if novel_weight == 1.0 or len(split) < 7:
+        return None
+    return [np.full(len(cl), novel_weight if fam == 0 else 1.0) for cl, fam in zip(split[1], split[6])]
+
+
 def _fit_ranker(engine: Engine, feat, mentions, cand_lists, golds, n_parts, hcounts, rng, seed,
-                rule_metric: str = "accuracy", ranker_kw: dict | None = None) -> None:
+                rule_metric: str = "accuracy", ranker_kw: dict | None = None, weights: list | None = None) -> None:
     """Choose the output rule and calibrate the confidence on 20% of the mentions held out from a
     first fit (in-sample probabilities would make both optimistic), then fit on everything."""
     from termnorm.gbm_ranker import LexicalRanker, select_rule
@@ -205,7 +232,8 @@ def _fit_ranker(engine: Engine, feat, mentions, cand_lists, golds, n_parts, hcou
     sel = lambda xs, keep: [x for x, h in zip(xs, held) if h == keep]  # noqa: E731
     ranker_kw = ranker_kw or {}
     probe = LexicalRanker(feat, seed=seed, **ranker_kw).fit(
-        *(sel(a, False) for a in (mentions, cand_lists, golds, n_parts, hcounts)))
+        *(sel(a, False) for a in (mentions, cand_lists, golds, n_parts, hcounts)),
+        None if weights is None else sel(weights, False))
     hp = probe.score(sel(mentions, True), sel(cand_lists, True), sel(n_parts, True))
     hc = probe.count_probs(sel(mentions, True), hp, sel(n_parts, True), sel(hcounts, True),
                            sel(cand_lists, True))
@@ -214,7 +242,7 @@ def _fit_ranker(engine: Engine, feat, mentions, cand_lists, golds, n_parts, hcou
     engine.lexranker = probe
     fit_confidence(engine, *(sel(a, True) for a in (mentions, cand_lists, golds, n_parts, hcounts)))
     engine.lexranker = LexicalRanker(feat, seed=seed, **ranker_kw).fit(mentions, cand_lists, golds, n_parts,
-                                                                       hcounts)
+                                                                       hcounts, weights)
     engine.lexranker.rule = rule
     engine.meta.update(output_rule=list(rule), output_rule_metric=rule_metric, output_rule_heldout=rule_scores)
 

@@ -143,6 +143,38 @@ def test_fit_ranker_leaves_its_training_candidates_alone(demo):
     assert answers[0] == answers[1]
 
 
+def test_each_training_mention_knows_how_often_the_other_folds_code_its_rarest_gold_term():
+    from termnorm.fitting import _fold_familiarity
+    from termnorm.records import LabelledMention as LM
+
+    train = [LM("a1", ["A"]), LM("a2", ["A"]), LM("ab", ["A", "B"]), LM("c", ["C"]), LM("a3", ["A"])]
+    fold_of = [0, 1, 0, 1, 2]
+    # a1 (fold 0): A in folds 1-2 twice; ab (fold 0): B nowhere else; c: C only in its own fold
+    assert _fold_familiarity(train, fold_of, [0, 2, 3, 4, 1]) == [2, 0, 0, 3, 3]
+
+
+def test_novel_weight_weighs_the_rows_of_mentions_whose_gold_the_history_never_coded(demo):
+    """GBMOptions.novel_weight: the pair scorer's rows of a training mention whose gold term its K-fold
+    history never coded get that weight, the others 1; the fitted ranker differs and says so in its meta."""
+    from termnorm.fitting import _novel_weights
+
+    vocab, mentions = demo
+    eng = Engine(vocab, history=mentions[:80])
+    splits = eng.ranker_training_data(mentions[:80])
+    fam = splits[0][6]
+    assert len(fam) == len(splits[0][0]) and 0 < sum(f == 0 for f in fam) < len(fam)
+    w = _novel_weights(splits[0], 4.0)
+    assert [set(x) for x in w] == [{4.0 if f == 0 else 1.0} if len(x) else set() for x, f in zip(w, fam)]
+    assert _novel_weights(splits[0], 1.0) is None
+    texts = [m.text for m in mentions[80:]]
+    probs = []
+    for weight in (1.0, 4.0):
+        eng.fit_ranker(splits, novel_weight=weight)
+        assert eng.meta["novel_weight"] == weight
+        probs.append(np.concatenate([[c.score for c in s.candidates] for s in eng.suggest_batch(texts)]))
+    assert not np.allclose(probs[0], probs[1])
+
+
 def test_subspace_ensemble_members_get_the_sample_weights():
     """Each member is fitted on its own columns with the rows' weights (coder-confirmed negatives are
     weighted in the learning loop); heavier rows move the ensemble's probabilities."""
