@@ -291,6 +291,15 @@ def dwell_guard_html(min_seconds: float) -> str:
             " else { window.parent.__tnDwell.ms = " + str(int(round(min_seconds * 1000))) + "; }</script>")
 
 
+def scroll_to_top_html(mention_id: int) -> str:
+    """A zero-height component's HTML that scrolls the page (Streamlit's ``stMain``) to the top once per mention
+    shown: a rerun keeps the scroll, so after a save at the candidate table the next mention opened half-way
+    down. The same mention drawn again (a term picked) keeps where the coder is."""
+    return ("<script>const w = window.parent; if (w.__tnTop !== " + json.dumps(str(mention_id)) + ") {"
+            " w.__tnTop = " + json.dumps(str(mention_id)) + ";"
+            " const m = w.document.querySelector('[data-testid=\"stMain\"]'); if (m) m.scrollTo(0, 0); }</script>")
+
+
 def document_html(document: str, marks: list[str], limit: int = 4000, focus: str | None = None) -> str:
     """The text a mention was found in, escaped, with ``marks`` (the mention, the definitions it uses) in
     ``<mark>`` (a Latin mark only as a whole word: AF is not marked inside PAF). A longer document is shown as

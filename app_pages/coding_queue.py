@@ -362,12 +362,15 @@ with st.expander("Teach a synonym: this mention (or part of it) is another name 
 
 # the mention on screen, echoed back by the browser with every click or key (see ON_SCREEN); drawn last, so a
 # browser that has it has the whole page of this mention; hidden (CSS in _ui.CSS)
-# (set here, not earlier: a run cut short by a click must leave neither drawn_at nor the echo of this mention)
-st.session_state[f"drawn_at_{mid}"] = time.time()
+# (set here, not earlier: a run cut short by a click must leave neither drawn_at nor the echo of this mention;
+# drawn_at is when the mention first appeared: a key that redraws it, such as a relationship, must not restart the
+# dwell, or the save pressed next is refused as "too soon to have read it")
+st.session_state.setdefault(f"drawn_at_{mid}", time.time())
 st.session_state[ON_SCREEN] = str(mid)
 st.text_input("mention on screen", key=ON_SCREEN, label_visibility="collapsed")
 if MIN_GAP_S > 0:  # the same rule in the browser, where the key press happens (app_pages/_markup.py _DWELL_GUARD)
     components.html(_markup.dwell_guard_html(MIN_GAP_S), height=0)
+components.html(_markup.scroll_to_top_html(mid), height=0)  # a new mention opens at its top
 
 # ---------------------------------------------------------------- prepare the next mentions (page already drawn)
 prepared_key = "_prepared"

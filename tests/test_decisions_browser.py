@@ -38,6 +38,16 @@ from browser import (
 @pytest.fixture
 def app(tmp_path):
     """Demo data, a coder's and a lead's name, one small batch with a two-code term; the app on a free port."""
+    yield from _app(tmp_path)
+
+
+@pytest.fixture
+def slow_app(tmp_path):
+    """The same with a 3-second dwell rule (a decision sooner than that after a mention appears is refused)."""
+    yield from _app(tmp_path, TERMNORM_MIN_DWELL_S="3")
+
+
+def _app(tmp_path, **env_more):
     from db import services
     from app_pages import _ui
 
@@ -52,6 +62,7 @@ def app(tmp_path):
     port = free_port()
     env = dict(os.environ, TERMNORM_DB_URL=url, TERMNORM_AUTH="off")
     env.pop("TERMNORM_MIN_DWELL_S", None)  # the coding page's own guard against a decision nobody could have read
+    env.update(env_more)
     proc = start_streamlit(port, env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_http(health_url(port), 60, proc)
@@ -301,3 +312,54 @@ def test_a_key_pressed_twice_keeps_the_coder_on_the_batch(app, page, tmp_path):
         assert page.locator("[data-testid=stSidebar] input[aria-label='Batch']").input_value() == f"ward 8 · #{bid}"
     decided = {r["mention_id"] for r in decisions(app["url"])}
     assert decided and decided <= ours  # every decision in the batch on screen
+
+
+def test_the_next_mention_opens_at_its_top_and_the_same_mention_keeps_its_scroll(app):
+    """A coder decides at the candidate table, half-way down a short screen: the next mention must open at the
+    top (a Streamlit rerun kept the scroll, so it opened half-way down); setting the relationship by key on the
+    same mention must leave the page where it is."""
+    main = "document.querySelector('[data-testid=\"stMain\"]')"
+    with chromium_page(1400, 700) as pg:
+        pg.goto(app["base"] + "/")
+        pg.wait_for_selector("table.tn-cands")
+        settle(pg)
+        first = on_screen(pg)
+        pg.evaluate(f"() => {main}.scrollTo(0, 100000)")
+        down = pg.evaluate(f"() => {main}.scrollTop")
+        assert down > 300  # the screen is short enough to scroll
+        pg.keyboard.press("3")
+        settle(pg)
+        assert on_screen(pg) == first and pg.evaluate(f"() => {main}.scrollTop") == down
+        button(pg, f"accept_{first}").click()
+        pg.wait_for_function(f"!document.querySelector('.st-key-terms_{first}')")
+        settle(pg)
+        assert on_screen(pg) != first
+        pg.wait_for_function(f"() => {main}.scrollTop === 0")
+        assert pg.locator(".tn-mention").first.is_visible()
+
+
+def test_the_next_mention_opens_at_its_top_and_a_redraw_keeps_both_scroll_and_dwell(slow_app):
+    """A coder decides at the candidate table, half-way down a short screen: the next mention must open at the
+    top (a Streamlit rerun kept the scroll, so it opened half-way down). Setting the relationship by key redraws
+    the same mention: the page stays where it is, and the dwell rule still counts from when the mention
+    appeared (it restarted, and the Accept pressed next was refused as too soon to have read it)."""
+    main = "document.querySelector('[data-testid=\"stMain\"]')"
+    with chromium_page(1400, 700) as pg:
+        pg.goto(slow_app["base"] + "/")
+        pg.wait_for_selector("table.tn-cands")
+        settle(pg)
+        first = on_screen(pg)
+        pg.wait_for_timeout(3200)  # longer than the dwell rule
+        pg.evaluate(f"() => {main}.scrollTo(0, 100000)")
+        down = pg.evaluate(f"() => {main}.scrollTop")
+        assert down > 300  # the screen is short enough to scroll
+        pg.keyboard.press("3")
+        settle(pg)
+        assert on_screen(pg) == first and pg.evaluate(f"() => {main}.scrollTop") == down
+        button(pg, f"accept_{first}").click()
+        pg.wait_for_function(f"!document.querySelector('.st-key-terms_{first}')")
+        settle(pg)
+        assert [(r["mention_id"], r["action"], r["relationship"]) for r in decisions(slow_app["url"])] == [
+            (first, "accept", "source-is-broader-than-target")]
+        pg.wait_for_function(f"() => {main}.scrollTop === 0")
+        assert pg.locator(".tn-mention").first.is_visible()
