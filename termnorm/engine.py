@@ -272,7 +272,7 @@ class Engine:
                              term_classifier: bool = True, progress: bool = False,
                              synthetic: float = 0.0) -> list[tuple]:
         """The first half of :meth:`fit_lexical`: the ranker's training candidates, one K-fold split of the
-        history per ``bag`` member, each ``(mentions, candidate lists, golds, parts, sieve hits, rng)``.
+        history per ``bag`` member, each ``(mentions, candidate lists, golds, parts, sieve hits, rng, familiarity)``.
 
         Fits what scores those candidates and serves at inference: the surface-difference scorer (its
         out-of-fold scores written into the candidates; the first split's scorer is kept) and the term
