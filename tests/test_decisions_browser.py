@@ -314,30 +314,6 @@ def test_a_key_pressed_twice_keeps_the_coder_on_the_batch(app, page, tmp_path):
     assert decided and decided <= ours  # every decision in the batch on screen
 
 
-def test_the_next_mention_opens_at_its_top_and_the_same_mention_keeps_its_scroll(app):
-    """A coder decides at the candidate table, half-way down a short screen: the next mention must open at the
-    top (a Streamlit rerun kept the scroll, so it opened half-way down); setting the relationship by key on the
-    same mention must leave the page where it is."""
-    main = "document.querySelector('[data-testid=\"stMain\"]')"
-    with chromium_page(1400, 700) as pg:
-        pg.goto(app["base"] + "/")
-        pg.wait_for_selector("table.tn-cands")
-        settle(pg)
-        first = on_screen(pg)
-        pg.evaluate(f"() => {main}.scrollTo(0, 100000)")
-        down = pg.evaluate(f"() => {main}.scrollTop")
-        assert down > 300  # the screen is short enough to scroll
-        pg.keyboard.press("3")
-        settle(pg)
-        assert on_screen(pg) == first and pg.evaluate(f"() => {main}.scrollTop") == down
-        button(pg, f"accept_{first}").click()
-        pg.wait_for_function(f"!document.querySelector('.st-key-terms_{first}')")
-        settle(pg)
-        assert on_screen(pg) != first
-        pg.wait_for_function(f"() => {main}.scrollTop === 0")
-        assert pg.locator(".tn-mention").first.is_visible()
-
-
 def test_the_next_mention_opens_at_its_top_and_a_redraw_keeps_both_scroll_and_dwell(slow_app):
     """A coder decides at the candidate table, half-way down a short screen: the next mention must open at the
     top (a Streamlit rerun kept the scroll, so it opened half-way down). Setting the relationship by key redraws
