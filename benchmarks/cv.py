@@ -328,7 +328,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dense-crossfit",
                     help="row dense_crossfit: the cross-fitted bi-encoder folder of each outer fold ('{k}')")
     ap.add_argument("--write-folds", metavar="DIR",
-                    help="only write each outer fold's training file to DIR/fold{k}/train.xlsx and stop")
+                    help="only write each outer fold's training file to DIR/fold{k}/train.json and stop")
     ap.add_argument("--update", action="store_true",
                     help="keep --out's other rows (its shipped row must match the one measured now)")
     ap.add_argument("--against", metavar="FILE[:ROW]",

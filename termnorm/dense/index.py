@@ -205,9 +205,10 @@ class TermIndex:
 
 
 def saved_form_vectors(encoder, texts: Sequence[str], ids) -> np.ndarray | None:
-    """The vocabulary forms' vectors from the index saved beside ``encoder``'s model folder
-    (``run/index/vocabulary`` by ``termnorm train recall``, ``pipeline/index/vocabulary`` by a pipeline's save), when it holds exactly ``texts`` and ``ids``: MEDIC's 76,237 forms take
-    6 minutes to encode again on a 2-core CPU, each time a pipeline with this encoder is built. None otherwise."""
+    """The vocabulary forms' vectors from the index saved beside ``encoder``'s model folder (``run/index/vocabulary``
+    by ``termnorm train recall``, ``pipeline/index/vocabulary`` by a pipeline's save), when it holds exactly
+    ``texts`` and ``ids``: MEDIC's 76,237 forms take 6 minutes to encode again on a 2-core CPU, each time a
+    pipeline with this encoder is built. None otherwise."""
     folder = getattr(encoder, "folder", None)
     saved = Path(folder).parent / "index" / "vocabulary" if folder is not None else None
     if saved is None or not (saved / "index.json").is_file():
