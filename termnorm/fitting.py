@@ -110,13 +110,12 @@ def ranker_training_data(engine: Engine, train: list[LabelledMention], folds: in
 def _fold_familiarity(train: list[LabelledMention], fold_of, order: list[int]) -> list[int]:
     """Per mention of ``order``: how often the other folds' mentions code its rarest gold term (what its
     candidates' history scores could know)."""
-    counts = {f: Counter() for f in set(int(f) for f in fold_of)}
+    total, own = Counter(), {int(f): Counter() for f in fold_of}
     for m, g in zip(train, fold_of):
         if m.terms and not isinstance(m, SyntheticMention):
-            for f, c in counts.items():
-                if f != g:
-                    c.update(set(m.terms))
-    return [min((counts[int(fold_of[i])][t] for t in train[i].terms), default=0) for i in order]
+            total.update(set(m.terms))
+            own[int(g)].update(set(m.terms))
+    return [min((total[t] - own[int(fold_of[i])][t] for t in train[i].terms), default=0) for i in order]
 
 
 def fit_ranker(engine: Engine, splits: list[tuple], seed: int = 0, rule_metric: str = "accuracy",
