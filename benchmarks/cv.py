@@ -9,6 +9,7 @@
     python3 benchmarks/cv.py --sets cdn --rows shipped,ensemble_3 --out benchmarks/results/cv_cdn.json
     python3 benchmarks/cv.py --rows shipped,bag_3 --out benchmarks/results/cv_bag.json
     python3 benchmarks/cv.py --write-folds runs/cv_folds      # each outer fold's training file, for the row
+    python3 benchmarks/cv.py --sets cdn --keep-folds runs/cv_kept   # a run cut short resumes at its next fold
     python3 benchmarks/cv.py --rows shipped,dense --dense 'runs/cv_dense/fold{k}' \
                              --out benchmarks/results/cv_dense.json
     python3 benchmarks/cv.py --rows shipped,dense,dense_crossfit --dense 'runs/cv_dense/fold{k}' \
@@ -90,11 +91,13 @@ row are in the JSON (``pairwise``). Prints a table and writes JSON.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import platform
+import subprocess
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
 from pathlib import Path
 
@@ -104,6 +107,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._results import write_json  # noqa: E402
+from termnorm.filestore import write_json_atomic  # noqa: E402
 from termnorm.stats import sign_test  # noqa: E402
 
 #: the rows: keyword arguments of Engine.fit_ranker (and, for DATA_OPTIONS, of
@@ -331,6 +335,9 @@ def main(argv=None) -> int:
                     help="only write each outer fold's training file to DIR/fold{k}/train.json and stop")
     ap.add_argument("--update", action="store_true",
                     help="keep --out's other rows (its shipped row must match the one measured now)")
+    ap.add_argument("--keep-folds", metavar="DIR",
+                    help="write each outer fold's answers to DIR as it finishes, and take a fold from DIR instead "
+                         "of fitting it again when the set, rows, seed, encoders, data and code are the same")
     ap.add_argument("--against", metavar="FILE[:ROW]",
                     help="also compare every row with ROW (default shipped) of FILE, an earlier result of this "
                          "script on the same set (another commit: see the module docstring), by the sign test")
@@ -359,10 +366,19 @@ def main(argv=None) -> int:
                "rows": {k: ROWS[k] or "defaults" for k in rows}, "results": {}}
     t0 = time.perf_counter()
     for name in args.sets.split(","):
+        dense = {"dense": args.dense, "crossfit": args.dense_crossfit}
+        kept = {k: FoldKeep(args.keep_folds, name, k, _fold_key(args, name, k, rows, dense))
+                for k in folds} if args.keep_folds else {}
+        done = [f for f in (kept[k].load() for k in kept) if f is not None]
+        todo = [k for k in folds if k not in {f["fold"] for f in done}]
+        if done:
+            print(f"{name}: outer folds {sorted(f['fold'] for f in done)} taken from {args.keep_folds}", flush=True)
         with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            dense = {"dense": args.dense, "crossfit": args.dense_crossfit}
-            jobs = [pool.submit(run_fold, name, args.data, k, args.seed, rows, dense) for k in folds]
-            done = [j.result() for j in tqdm(jobs, desc=f"{name}: outer folds")]
+            jobs = [pool.submit(run_fold, name, args.data, k, args.seed, rows, dense) for k in todo]
+            for j in tqdm(as_completed(jobs), total=len(jobs), desc=f"{name}: outer folds"):
+                done.append(j.result())
+                if args.keep_folds:
+                    kept[done[-1]["fold"]].save(done[-1])
         res = results["results"][name] = summarize(done)
         print(f"{name}: {res['mentions']} test mentions over folds {folds}")
         print(f"  {'row':14s} {'accuracy':>8s} {'micro-F1':>8s}  only here / only shipped   sign test p   per fold"
@@ -396,6 +412,42 @@ def main(argv=None) -> int:
         results = _merge(json.loads(Path(args.out).read_text(encoding="utf-8")), results)
     write_json(args.out, results)
     return 0
+
+
+def _code_version() -> str:
+    """HEAD and a digest of the uncommitted changes to the engine and benchmarks: a kept fold is reused only by
+    the code that measured it."""
+    def git(*a):
+        try:
+            return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, check=False).stdout
+        except OSError:  # no git: the key says so, and a kept fold is taken only by a run without git too
+            return b""
+
+    head = git("rev-parse", "HEAD").decode().strip() or "no git"
+    return head + ":" + hashlib.sha1(git("diff", "HEAD", "--", "termnorm", "benchmarks")).hexdigest()[:12]
+
+
+def _fold_key(args, name: str, k: int, rows: tuple[str, ...], dense: dict) -> dict:
+    return {"set": name, "fold": k, "seed": args.seed, "rows": list(rows), "dense": dense,
+            "data": str(Path(args.data).resolve()), "code": _code_version()}
+
+
+class FoldKeep:
+    """One outer fold's result in ``DIR/{set}_fold{k}.json`` with what it was measured with (``key``): a run cut
+    short (a session's end, kill -9) keeps its finished folds, and the next run with the same key takes them."""
+
+    def __init__(self, folder: str, name: str, k: int, key: dict):
+        self.path, self.key = Path(folder) / f"{name}_fold{k}.json", key
+
+    def load(self) -> dict | None:
+        try:
+            kept = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return kept["fold"] if kept.get("key") == self.key else None
+
+    def save(self, fold: dict) -> None:
+        write_json_atomic(self.path, {"key": self.key, "fold": fold})
 
 
 def _merge(old: dict, new: dict) -> dict:

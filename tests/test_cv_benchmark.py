@@ -104,3 +104,81 @@ def test_history_extras_benchmark_counts_what_each_strategy_proposes():
     assert r["key"] == {"queries": 2, "gold_is_majority_set": 1}
     assert {k: r["analogy"][k] for k in ("queries", "best_is_gold", "some_is_gold")} == \
         {"queries": 1, "best_is_gold": 1, "some_is_gold": 1}
+
+
+def _tiny_yidu(folder: Path) -> Path:
+    """The demo procedures in Yidu-N7K's layout (code.txt, train.xlsx, val.xlsx): a set the real run_fold fits
+    in seconds."""
+    import pandas as pd
+
+    demo = ROOT / "assets" / "demo"
+    vocab = pd.read_csv(demo / "procedures.csv", dtype=str)
+    mentions = pd.read_csv(demo / "mentions.csv", dtype=str)
+    mentions = mentions[mentions.vocabulary == "procedures"].rename(columns={"mention": "原始词", "terms": "标准词"})
+    (folder / "yidu-n7k").mkdir(parents=True)
+    (folder / "keywords").mkdir()  # none: the engine's built-in keywords
+    (folder / "yidu-n7k" / "code.txt").write_text(
+        "".join(f"{c}\t{n}\n" for c, n in zip(vocab.code, vocab.name)), encoding="utf-8")
+    cut = len(mentions) * 3 // 4
+    mentions[["原始词", "标准词"]][:cut].to_excel(folder / "yidu-n7k" / "train.xlsx", index=False)
+    mentions[["原始词", "标准词"]][cut:].to_excel(folder / "yidu-n7k" / "val.xlsx", index=False)
+    return folder
+
+
+def test_kept_folds_are_taken_by_the_next_run_and_refitted_when_what_measured_them_changed(tmp_path, monkeypatch):
+    """A CV run cut short keeps its finished outer folds (--keep-folds); the next run takes them instead of
+    fitting them again, and gives the same figures; a kept fold of other rows, seed or code is not taken."""
+    import json
+
+    import benchmarks.cv as cv
+
+    data = _tiny_yidu(tmp_path / "data")
+    kept = tmp_path / "kept"
+    base = ["--data", str(data), "--sets", "yidu", "--folds", "0,1", "--jobs", "1", "--rows", "shipped,novel_2",
+            "--keep-folds", str(kept)]
+    assert cv.main([*base, "--out", str(tmp_path / "a.json")]) == 0
+    assert sorted(p.name for p in kept.iterdir()) == ["yidu_fold0.json", "yidu_fold1.json"]
+    first = json.loads((tmp_path / "a.json").read_text(encoding="utf-8"))["results"]["yidu"]
+    (kept / "yidu_fold1.json").unlink()  # as if the run had been killed before fold 1 finished
+
+    fitted = []
+    real = cv.run_fold
+
+    def counted(name, data, k, *a):
+        fitted.append(k)
+        return real(name, data, k, *a)
+
+    monkeypatch.setattr(cv, "run_fold", counted)
+    monkeypatch.setattr(cv, "ProcessPoolExecutor", _InProcess)  # the count is seen only in this process
+    assert cv.main([*base, "--out", str(tmp_path / "b.json")]) == 0
+    assert fitted == [1]  # fold 0 was taken from the kept file
+    again = json.loads((tmp_path / "b.json").read_text(encoding="utf-8"))["results"]["yidu"]
+    assert again["rows"]["shipped"]["answers"] == first["rows"]["shipped"]["answers"]
+    assert again["rows"]["novel_2"]["per_fold_accuracy"] == first["rows"]["novel_2"]["per_fold_accuracy"]
+
+    # what measured a kept fold is part of it: another seed, other rows or other code fit it again
+    args = cv.argparse.Namespace(seed=0, data=str(data))
+    key = cv._fold_key(args, "yidu", 0, ("shipped", "novel_2"), {"dense": None, "crossfit": None})
+    assert cv.FoldKeep(str(kept), "yidu", 0, key).load()["rows"]["shipped"]["right"]
+    for change in ({"seed": 1}, {"rows": ["shipped"]}, {"code": "another commit"}):
+        assert cv.FoldKeep(str(kept), "yidu", 0, {**key, **change}).load() is None, change
+
+
+class _InProcess:
+    """ProcessPoolExecutor's interface, run in this process (so that a patched run_fold is the one called)."""
+
+    def __init__(self, max_workers=None):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def submit(self, fn, *args):
+        from concurrent.futures import Future
+
+        f = Future()
+        f.set_result(fn(*args))
+        return f
