@@ -22,6 +22,7 @@ from termnorm.dense.mining import (
     calibrate_efn_beta,
     compose_batches,
     gold_mask,
+    related_by_code,
     sample_hard_negatives,
     top_k_similar,
 )
@@ -118,6 +119,26 @@ def test_hard_negatives_never_gold_and_efn_removes_above_beta(tiny_dir, demo):
     top, _ = sample_hard_negatives(idx, sims, q.gold, 5, strategy="top")
     assert any(sim_of[(i, int(t))] >= beta for i, row in enumerate(top) for t in row if t >= 0)
     assert not any(int(t) in q.gold[i] for i, row in enumerate(top) for t in row)
+
+
+def test_a_gold_terms_ancestors_and_descendants_by_code_are_kept_out_of_its_hard_negatives(tiny_dir, demo):
+    """On CHIP-CDN's ICD-10 list the nearest non-gold names are mostly the gold term one level up or down
+    (A00 / A00.0 / A00.001): --related-not-negative keeps them out; siblings (A00.1) stay negatives."""
+    codes = [["A00"], ["A00.0"], ["A00.001"], ["A00.1"], ["A01.0"], [], ["A0"]]
+    gold = [{1}, {4}, {5}]
+    idx = np.array([[1, 0, 2, 3, 4, -1], [0, 1, 4, 3, 6, 2], [0, 1, 2, 3, 4, 6]])
+    related = related_by_code(idx, gold, codes)
+    assert related.tolist() == [[False, True, True, False, False, False],   # A00 up, A00.001 down; A00.1, A01.0 not
+                                [False, False, False, False, True, False],  # A0 holds A01.0; gold itself is not
+                                [False] * 6]                                # a term without a code relates to none
+    sims = np.linspace(1.0, 0.5, 6, dtype=np.float32)[None].repeat(3, 0)
+    neg, _ = sample_hard_negatives(idx, sims, gold, 2, strategy="top", exclude=related)
+    assert neg.tolist() == [[3, 4], [0, 1], [0, 1]]
+    # the training loop takes the option: one epoch on the demo procedures (ICD-9-CM-3 codes) runs with it
+    vocab, mentions = demo
+    m = train_biencoder(fresh(tiny_dir), vocab, mentions[:32], objective="nce", epochs=1, batch_size=16, lr=2e-3,
+                        progress=False, related_not_negative=True)
+    assert m["steps"] > 0 and np.isfinite(m["epochs"][0]["loss"])
 
 
 def test_calibrate_efn_beta_meets_precision():

@@ -9,6 +9,8 @@
   similarity beta above which the model's candidates are gold with precision
   >= alpha; candidates above beta are never used as negatives (they are
   likely unlabelled positives or hyper/hyponyms).
+* :func:`related_by_code` -- a gold term's ancestors and descendants by code,
+  to be kept out of its negatives (``--related-not-negative``).
 * :func:`random_negatives` -- approach A's epoch-1 negatives.
 * :func:`compose_batches` -- the conflict-free batch sampler for in-batch
   InfoNCE: no duplicate query or positive in a batch, no document in the batch
@@ -121,6 +123,21 @@ def sample_hard_negatives(idx: np.ndarray, sims: np.ndarray, gold: Sequence[set[
     out = np.full((len(idx), n), -1, dtype=np.int64)
     out[:, :m] = picked
     return out, eliminated
+
+
+def related_by_code(idx: np.ndarray, gold: Sequence[set[int]], codes_of: Sequence[Sequence[str]]) -> np.ndarray:
+    """[n, k] bool: candidate ``idx[i, j]`` is an ancestor or descendant of one of query i's gold terms by code
+    (one code a prefix of the other: ICD's A00 / A00.0 / A00.901; a sibling A00.1 is not). Such a term is often
+    right at another level of detail, not wrong, so it should not be taught as a negative."""
+    out = np.zeros(idx.shape, dtype=bool)
+    for i, g in enumerate(gold):
+        mine = [c for t in g for c in codes_of[t]]
+        if not mine:
+            continue
+        for j, t in enumerate(idx[i]):
+            if t >= 0 and t not in g:
+                out[i, j] = any(a.startswith(b) or b.startswith(a) for a in codes_of[t] for b in mine)
+    return out
 
 
 def random_negatives(n_items: int, gold: Sequence[set[int]], n: int,

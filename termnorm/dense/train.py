@@ -63,13 +63,8 @@ from termnorm.dense.biencoder import (
     fit_count_head,
     fit_count_head_vectors,
 )
-from termnorm.dense.mining import (
-    compose_batches,
-    label_batches,
-    random_negatives,
-    sample_hard_negatives,
-    top_k_similar,
-)
+from termnorm.dense.mining import compose_batches, label_batches, random_negatives, related_by_code
+from termnorm.dense.mining import sample_hard_negatives, top_k_similar
 from termnorm.dense.train_prep import (
     DATA,
     IGNORE,
@@ -209,8 +204,10 @@ def train_biencoder(model: BiEncoder, vocab: Vocabulary, train: Sequence[Labelle
             beta = efn_beta(vv, [set(gold_ids(vocab, m.terms)) for m in efn_val], fv[:n_names], a) \
                 if (c.efn and efn_val) else float("inf")
             idx, sims = top_k_similar(qv, fv[:n_names], c.top_k_mine)
+            related = related_by_code(idx, queries.gold, [vocab.codes.get(n, ()) for n in vocab.names]) \
+                if c.related_not_negative else None
             neg, eliminated = sample_hard_negatives(idx, sims, queries.gold, c.n_hard_terms, tau=c.tau, beta=beta,
-                                                    strategy="softmax", rng=rng)
+                                                    strategy="softmax", rng=rng, exclude=related)
             neg = fill_random(neg, n_names, queries.gold, rng)
             pair_q, pair_t = query_term_pairs(queries)
             neighbours = hard_query_neighbours(pair_q, pair_t, qv, fv[:n_names], queries.gold, c.n_hard_queries,
@@ -393,6 +390,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--layers", type=int, help="keep only the first N encoder layers (speed, approach A)")
     ap.add_argument("--hard-terms", type=int, default=3, help="nce: hard negative terms per mention")
     ap.add_argument("--hard-queries", type=int, default=10, help="nce: hard negative mentions per term")
+    ap.add_argument("--related-not-negative", action="store_true",
+                    help="nce: a gold term's ancestors and descendants by code are never its hard negatives")
     ap.add_argument("--max-val", type=int, help="use only the first N validation mentions")
     ap.add_argument("--calibrate-sieve", action="store_true", help="pick the sieve threshold on --val")
     ap.add_argument("--seed", type=int, default=0)
@@ -452,7 +451,8 @@ def _train_one(args, folder: Path, vocab, train, val, out: Path, t0: float) -> N
                                   lr=args.lr, data=args.data, freeze_embeddings=freeze,
                                   count_head=not args.no_count_head, time_budget_s=args.max_seconds,
                                   max_steps=args.max_steps, seed=args.seed, progress=not args.no_progress,
-                                  n_hard_terms=args.hard_terms, n_hard_queries=args.hard_queries)
+                                  n_hard_terms=args.hard_terms, n_hard_queries=args.hard_queries,
+                                  related_not_negative=args.related_not_negative)
     metrics = train_biencoder(model, vocab, train, config, val=val, state=state)
     model.save(out / "model")
     from termnorm.dense.sieve import Sieve, calibrate_threshold
