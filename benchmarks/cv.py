@@ -428,7 +428,10 @@ def _code_version() -> str:
 
 
 def _fold_key(args, name: str, k: int, rows: tuple[str, ...], dense: dict) -> dict:
-    return {"set": name, "fold": k, "seed": args.seed, "rows": list(rows), "dense": dense,
+    # an encoder folder trained again (same name, new files) changes its modification time
+    folders = {kind: str(Path(pattern.format(k=k)).resolve()) for kind, pattern in dense.items() if pattern}
+    return {"set": name, "fold": k, "seed": args.seed, "rows": list(rows),
+            "dense": {kind: [f, Path(f).stat().st_mtime if Path(f).exists() else None] for kind, f in folders.items()},
             "data": str(Path(args.data).resolve()), "code": _code_version()}
 
 

@@ -156,11 +156,13 @@ def test_kept_folds_are_taken_by_the_next_run_and_refitted_when_what_measured_th
     assert again["rows"]["shipped"]["answers"] == first["rows"]["shipped"]["answers"]
     assert again["rows"]["novel_2"]["per_fold_accuracy"] == first["rows"]["novel_2"]["per_fold_accuracy"]
 
-    # what measured a kept fold is part of it: another seed, other rows or other code fit it again
+    # what measured a kept fold is part of it: another seed, other rows, encoder or code fit it again
     args = cv.argparse.Namespace(seed=0, data=str(data))
     key = cv._fold_key(args, "yidu", 0, ("shipped", "novel_2"), {"dense": None, "crossfit": None})
     assert cv.FoldKeep(str(kept), "yidu", 0, key).load()["rows"]["shipped"]["right"]
-    for change in ({"seed": 1}, {"rows": ["shipped"]}, {"code": "another commit"}):
+    # an encoder folder of the same name trained again has another modification time
+    for change in ({"seed": 1}, {"rows": ["shipped"]}, {"code": "another commit"},
+                   {"dense": {"dense": [str(tmp_path / "enc0"), 1.0]}}):
         assert cv.FoldKeep(str(kept), "yidu", 0, {**key, **change}).load() is None, change
 
 
