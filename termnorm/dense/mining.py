@@ -127,16 +127,25 @@ def sample_hard_negatives(idx: np.ndarray, sims: np.ndarray, gold: Sequence[set[
 
 def related_by_code(idx: np.ndarray, gold: Sequence[set[int]], codes_of: Sequence[Sequence[str]]) -> np.ndarray:
     """[n, k] bool: candidate ``idx[i, j]`` is an ancestor or descendant of one of query i's gold terms by code
-    (one code a prefix of the other: ICD's A00 / A00.0 / A00.901; a sibling A00.1 is not). Such a term is often
-    right at another level of detail, not wrong, so it should not be taught as a negative."""
+    (one :func:`termnorm.vocabulary.code_key` a prefix of the other: ICD's A00 / A00.0 / A00.901; a sibling
+    A00.1 is not). Such a term can be right at another level of detail, so it is not taught as a negative."""
+    from termnorm.vocabulary import code_key
+
+    keys: dict[int, list[str]] = {}
+
+    def keys_of(t: int) -> list[str]:
+        if t not in keys:
+            keys[t] = [code_key(c) for c in codes_of[t]]
+        return keys[t]
+
     out = np.zeros(idx.shape, dtype=bool)
     for i, g in enumerate(gold):
-        mine = [c for t in g for c in codes_of[t]]
+        mine = [k for t in g for k in keys_of(t)]
         if not mine:
             continue
         for j, t in enumerate(idx[i]):
             if t >= 0 and t not in g:
-                out[i, j] = any(a.startswith(b) or b.startswith(a) for a in codes_of[t] for b in mine)
+                out[i, j] = any(a.startswith(b) or b.startswith(a) for a in keys_of(int(t)) for b in mine)
     return out
 
 
