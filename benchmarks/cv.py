@@ -19,8 +19,11 @@
 ``shipped`` row is the one just measured (same accuracy per fold); otherwise it stops without writing.
 
 ``--against FILE`` compares every row with another run's ``shipped`` row (``FILE:ROW`` for another row),
-mention by mention (each row stores its ``answers``). To compare two commits, run this script in a checkout
-of the older one first (a copy of this file where that commit's lacks ``answers``)::
+mention by mention (each row stores its ``answers``); give it more than once for several. With ``--against``
+the rows may leave ``shipped`` out: a row whose candidates differ (``dense``) is then measured alone and
+compared with the other run's rows, which saves refitting ``shipped`` when only an encoder changed.
+To compare two commits, run this script in a checkout of the older one first (a copy of this file where that
+commit's lacks ``answers``)::
 
     git worktree add ../before <commit> && cp benchmarks/cv.py ../before/benchmarks/
     (cd ../before && python3 benchmarks/cv.py --sets ncbi --rows shipped --out /tmp/before.json)
@@ -259,9 +262,9 @@ def _by_familiarity(right, ref, bucket) -> dict:
     for name, _, _ in FAMILIARITY_BUCKETS:
         sel = bucket == name
         if sel.any():
-            t = sign_test(right[sel], ref[sel])
-            out[name] = {"n": int(sel.sum()), "accuracy": round(float(right[sel].mean()), 4),
-                         "sign_test_p": t["sign_test_p"]}
+            out[name] = {"n": int(sel.sum()), "accuracy": round(float(right[sel].mean()), 4)}
+            if ref is not None:
+                out[name]["sign_test_p"] = sign_test(right[sel], ref[sel])["sign_test_p"]
     return out
 
 
@@ -272,7 +275,9 @@ def _micro_f1(tp: int, n_pred: int, n_gold: int) -> float:
 
 def summarize(folds: list[dict]) -> dict:
     folds = sorted(folds, key=lambda f: f["fold"])
-    ref = np.concatenate([f["rows"]["shipped"]["right"] for f in folds])
+    # without a shipped row (rows compared with another run's by --against) the in-run sign tests are left out
+    shipped = "shipped" in folds[0]["rows"]
+    ref = np.concatenate([f["rows"]["shipped" if shipped else next(iter(f["rows"]))]["right"] for f in folds])
     bucket = np.concatenate([np.array(f.get("familiarity") or [None] * f["test"], dtype=object) for f in folds])
     rows = {}
     right_of = {row: np.concatenate([f["rows"][row]["right"] for f in folds]) for row in folds[0]["rows"]}
@@ -281,16 +286,17 @@ def summarize(folds: list[dict]) -> dict:
         tp = sum(f["rows"][row]["tp"] for f in folds)
         pred = sum(f["rows"][row]["n_pred"] for f in folds)
         gold = sum(f["rows"][row]["n_gold"] for f in folds)
-        vs_shipped = sign_test(right, ref)
+        vs_shipped = sign_test(right, ref) if shipped else {}
         rows[row] = {
             "accuracy": round(float(right.mean()), 4), "micro_f1": _micro_f1(tp, pred, gold),
             "per_fold_accuracy": {f["fold"]: round(float(np.mean(f["rows"][row]["right"])), 4) for f in folds},
             "per_fold_micro_f1": {f["fold"]: _micro_f1(*(f["rows"][row][c] for c in ("tp", "n_pred", "n_gold")))
                                   for f in folds},
-            "right_only_here": vs_shipped["right_only_here"],
-            "right_only_in_shipped": vs_shipped["right_only_there"], "sign_test_p": vs_shipped["sign_test_p"],
+            **({"right_only_here": vs_shipped["right_only_here"],
+                "right_only_in_shipped": vs_shipped["right_only_there"],
+                "sign_test_p": vs_shipped["sign_test_p"]} if shipped else {}),
             "ranker_fit_and_predict_seconds": round(sum(f["rows"][row]["seconds"] for f in folds), 1),
-            "by_familiarity": _by_familiarity(right, ref, bucket),
+            "by_familiarity": _by_familiarity(right, ref if shipped else None, bucket),
             "pairwise": {other: sign_test(right, r) for other, r in right_of.items() if other != row},
             # per test mention in fold order, 1 right: what --against compares across commits
             "answers": "".join("1" if x else "0" for x in right)}
@@ -326,7 +332,7 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="outer folds fitted side by side (one process each)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rows", default=",".join(DEFAULT_ROWS),
-                    help=f"rows to measure, 'shipped' first (of: {', '.join(ROWS)})")
+                    help=f"rows to measure, 'shipped' first or, with --against, left out (of: {', '.join(ROWS)})")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "cv.json"))
     ap.add_argument("--dense", help="row dense: the bi-encoder folder of each outer fold, '{k}' for the fold")
     ap.add_argument("--dense-crossfit",
@@ -338,9 +344,9 @@ def main(argv=None) -> int:
     ap.add_argument("--keep-folds", metavar="DIR",
                     help="write each outer fold's answers to DIR as it finishes, and take a fold from DIR instead "
                          "of fitting it again when the set, rows, seed, encoders, data and code are the same")
-    ap.add_argument("--against", metavar="FILE[:ROW]",
+    ap.add_argument("--against", metavar="FILE[:ROW]", action="append", default=[],
                     help="also compare every row with ROW (default shipped) of FILE, an earlier result of this "
-                         "script on the same set (another commit: see the module docstring), by the sign test")
+                         "script on the same set (another commit: see the module docstring), sign test; repeatable")
     args = ap.parse_args(argv)
     from tqdm import tqdm
 
@@ -355,8 +361,11 @@ def main(argv=None) -> int:
         ap.error(f"outer folds are 0-4, got {bad}")
     rows = tuple(args.rows.split(","))
     unknown = [r for r in rows if r not in ROWS]
-    if unknown or rows[0] != "shipped":
-        ap.error(f"--rows: 'shipped' first, then any of {', '.join(ROWS)}; got {args.rows}")
+    if unknown or (rows[0] != "shipped" and not args.against) or "shipped" in rows[1:]:
+        ap.error(f"--rows: 'shipped' first (or left out with --against), then any of {', '.join(ROWS)}; "
+                 f"got {args.rows}")
+    if args.update and rows[0] != "shipped":
+        ap.error("--update keeps a file's other rows only beside the same shipped row: measure 'shipped' too")
     if any(ROWS[r].get("dense") == "dense" for r in rows) and not args.dense:
         ap.error("row dense needs --dense (the bi-encoder folder of each outer fold, '{k}' for the fold)")
     if "dense_crossfit" in rows and not args.dense_crossfit:
@@ -384,19 +393,22 @@ def main(argv=None) -> int:
         print(f"  {'row':14s} {'accuracy':>8s} {'micro-F1':>8s}  only here / only shipped   sign test p   per fold"
               "   by familiarity (unseen, 1-2, 3-9, 10+)")
         for row, r in res["rows"].items():
-            print(f"  {row:14s} {r['accuracy']:8.4f} {r['micro_f1']:8.4f}  {r['right_only_here']:9d} / "
-                  f"{r['right_only_in_shipped']:<12d} {r['sign_test_p']:9.4f}   "
+            vs = (f"{r['right_only_here']:9d} / {r['right_only_in_shipped']:<12d} {r['sign_test_p']:9.4f}"
+                  if "sign_test_p" in r else f"{'(no shipped row)':>34s}")
+            print(f"  {row:14s} {r['accuracy']:8.4f} {r['micro_f1']:8.4f}  {vs}   "
                   + " ".join(f"{v:.3f}" for v in r["per_fold_accuracy"].values())
                   + "   micro-F1 " + " ".join(f"{v:.3f}" for v in r["per_fold_micro_f1"].values())
-                  + "   " + " ".join(f"{b}: {v['accuracy']:.3f} (n={v['n']}, p={v['sign_test_p']:.3f})"
+                  + "   " + " ".join(f"{b}: {v['accuracy']:.3f} (n={v['n']}, p={v.get('sign_test_p', 1):.3f})"
                                      for b, v in r["by_familiarity"].items()), flush=True)
-        if args.against:
-            path, _, other_row = args.against.partition(":")
+        for spec in args.against:
+            path, _, other_row = spec.partition(":")
             other = json.loads(Path(path).read_text(encoding="utf-8"))["results"][name]
-            res["against"] = {"file": path, "row": other_row or "shipped",
-                              "rows": against(res, other, other_row or "shipped")}
-            for row, a in res["against"]["rows"].items():
-                print(f"  {row} against {path}:{other_row or 'shipped'}: {a['accuracy']:.4f} vs "
+            other_row = other_row or "shipped"
+            vs_other = {"file": path, "row": other_row, "rows": against(res, other, other_row)}
+            # one --against as before (a dict); several as a list
+            res["against"] = vs_other if len(args.against) == 1 else [*res.get("against", []), vs_other]
+            for row, a in vs_other["rows"].items():
+                print(f"  {row} against {path}:{other_row}: {a['accuracy']:.4f} vs "
                       f"{a['against_accuracy']:.4f}, right only here {a['right_only_here']}, only there "
                       f"{a['right_only_there']}, sign test p {a['sign_test_p']:.4f}; "
                       + " ".join(f"{b}: {v['accuracy']:.3f} (p={v['sign_test_p']:.3f})"

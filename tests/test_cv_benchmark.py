@@ -127,7 +127,8 @@ def _tiny_yidu(folder: Path) -> Path:
 
 def test_kept_folds_are_taken_by_the_next_run_and_refitted_when_what_measured_them_changed(tmp_path, monkeypatch):
     """A CV run cut short keeps its finished outer folds (--keep-folds); the next run takes them instead of
-    fitting them again, and gives the same figures; a kept fold of other rows, seed or code is not taken."""
+    fitting them again, and gives the same figures; a kept fold of other rows, seed or code is not taken. A row
+    measured alone (--against, no shipped row) gives the same answers and is compared with the first run's rows."""
     import json
     from concurrent.futures import ThreadPoolExecutor
 
@@ -166,3 +167,19 @@ def test_kept_folds_are_taken_by_the_next_run_and_refitted_when_what_measured_th
     for change in ({"seed": 1}, {"rows": ["shipped"]}, {"code": "another commit"},
                    {"dense": {"dense": [str(tmp_path / "enc0"), 1.0]}}):
         assert cv.FoldKeep(str(kept), "yidu", 0, {**key, **change}).load() is None, change
+
+    # a row measured alone (no shipped row: the encoder-only case) against the first run's rows, mention by mention
+    with pytest.raises(SystemExit) as e:
+        cv.main([*base[:-4], "--rows", "novel_2", "--out", str(tmp_path / "c.json")])
+    assert e.value.code == 2  # without --against the rows start with shipped
+    alone = [*base[:-4], "--rows", "novel_2", "--against", str(tmp_path / "a.json"),
+             "--against", f"{tmp_path / 'a.json'}:novel_2", "--out", str(tmp_path / "c.json")]
+    assert cv.main(alone) == 0
+    res = json.loads((tmp_path / "c.json").read_text(encoding="utf-8"))["results"]["yidu"]
+    assert list(res["rows"]) == ["novel_2"] and "sign_test_p" not in res["rows"]["novel_2"]
+    assert res["rows"]["novel_2"]["answers"] == first["rows"]["novel_2"]["answers"]
+    vs_shipped, vs_itself = res["against"]
+    assert (vs_shipped["row"], vs_itself["row"]) == ("shipped", "novel_2")
+    assert (vs_shipped["rows"]["novel_2"]["right_only_here"], vs_shipped["rows"]["novel_2"]["right_only_there"]) == \
+        (first["rows"]["novel_2"]["right_only_here"], first["rows"]["novel_2"]["right_only_in_shipped"])
+    assert vs_itself["rows"]["novel_2"]["right_only_here"] == vs_itself["rows"]["novel_2"]["right_only_there"] == 0
