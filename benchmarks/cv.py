@@ -97,7 +97,6 @@ import argparse
 import hashlib
 import json
 import platform
-import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -427,16 +426,12 @@ def main(argv=None) -> int:
 
 
 def _code_version() -> str:
-    """HEAD and a digest of the uncommitted changes to the engine and benchmarks: a kept fold is reused only by
-    the code that measured it."""
-    def git(*a):
-        try:
-            return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, check=False).stdout
-        except OSError:  # no git: the key says so, and a kept fold is taken only by a run without git too
-            return b""
-
-    head = git("rev-parse", "HEAD").decode().strip() or "no git"
-    return head + ":" + hashlib.sha1(git("diff", "HEAD", "--", "termnorm", "benchmarks")).hexdigest()[:12]
+    """A digest of the engine's and the benchmarks' Python files as they are on disk: a kept fold is reused only
+    by the same code (a commit of docs or results in between does not matter; an uncommitted edit does)."""
+    h = hashlib.sha1()
+    for f in sorted([*(ROOT / "termnorm").rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")]):
+        h.update(f.relative_to(ROOT).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
 
 
 def _fold_key(args, name: str, k: int, rows: tuple[str, ...], dense: dict) -> dict:
