@@ -76,7 +76,9 @@ Rows that change what the candidates carry refit those per outer fold too
 - ``dense``          a dense bi-encoder as one more recall strategy (``termnorm evaluate --dense``): each
                      outer fold needs its own, trained on that fold's training mentions only (``--dense``
                      names the folders, ``{k}`` the fold; ``--write-folds DIR`` writes the training files
-                     to train them from, ``DIR/fold{k}/train.json``).
+                     to train them from, ``DIR/fold{k}/train.json``), or a table of a GPU-trained encoder's
+                     answers per fold (``--dense 'runs/gpu_dense/out/cdn_fold{k}.npz'``,
+                     ``benchmarks/gpu/dense_cv.py``).
 - ``dense_crossfit`` the same with a cross-fitted bi-encoder per outer fold (``termnorm train recall --folds
                      K``, :mod:`termnorm.dense.crossfit`; ``--dense-crossfit`` names the folders): the
                      fold's training mentions get out-of-fold dense scores.
@@ -188,6 +190,10 @@ def _load_dense(pattern: str, k: int):
     d = Path(pattern.format(k=k))
     if not d.exists():
         raise SystemExit(f"--dense: no bi-encoder folder {d} for outer fold {k}")
+    if d.is_file():  # a table of a GPU-trained encoder's answers (benchmarks/gpu/dense_cv.py)
+        from termnorm.dense.table import DenseTable
+
+        return DenseTable(d)
     return load_dense(d)
 
 
@@ -308,6 +314,12 @@ def against(res: dict, other: dict, other_row: str = "shipped") -> dict:
     """Each row of ``res`` against ``other_row`` of ``other`` (the same set measured by another checkout, its
     ``answers`` on the same mentions in the same order): accuracy both, the sign test overall and by familiarity."""
     theirs = other["rows"][other_row].get("answers")
+    if theirs and len(theirs) != res["mentions"]:  # some of its outer folds (--folds): their answers of those
+        spans, at = {}, 0
+        for f in other.get("folds", []):
+            spans[f["fold"]], at = (at, at + f["test"]), at + f["test"]
+        if at == len(theirs) and all(f["fold"] in spans for f in res["folds"]):
+            theirs = "".join(theirs[slice(*spans[f["fold"]])] for f in res["folds"])
     if not theirs or len(theirs) != res["mentions"]:
         raise SystemExit(f"--against: its row {other_row!r} has no answers for these {res['mentions']} mentions "
                          "(measure it with this script, same set and folds)")

@@ -60,3 +60,22 @@ def demo_team(url: str, monkeypatch, users=(), n_mentions: int | None = 12, mode
         for name, role in users:
             auth.create_user(s, "root", name, f"{name}-password", role)
     return vid, bid
+
+
+def tiny_yidu(folder: Path) -> Path:
+    """The demo procedures in Yidu-N7K's layout (code.txt, train.xlsx, val.xlsx): a set the real run_fold fits
+    in seconds."""
+    import pandas as pd
+
+    demo = REPO / "assets" / "demo"
+    vocab = pd.read_csv(demo / "procedures.csv", dtype=str)
+    mentions = pd.read_csv(demo / "mentions.csv", dtype=str)
+    mentions = mentions[mentions.vocabulary == "procedures"].rename(columns={"mention": "原始词", "terms": "标准词"})
+    (folder / "yidu-n7k").mkdir(parents=True)
+    (folder / "keywords").mkdir()  # none: the engine's built-in keywords
+    (folder / "yidu-n7k" / "code.txt").write_text(
+        "".join(f"{c}\t{n}\n" for c, n in zip(vocab.code, vocab.name)), encoding="utf-8")
+    cut = len(mentions) * 3 // 4
+    mentions[["原始词", "标准词"]][:cut].to_excel(folder / "yidu-n7k" / "train.xlsx", index=False)
+    mentions[["原始词", "标准词"]][cut:].to_excel(folder / "yidu-n7k" / "val.xlsx", index=False)
+    return folder

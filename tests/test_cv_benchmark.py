@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import tiny_yidu
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 sys.path.insert(0, str(ROOT))
@@ -82,6 +84,10 @@ def test_summary_scores_each_fold_and_counts_the_mentions_only_one_row_gets_righ
     assert vs["ensemble_3"]["right_only_here"] == vs["ensemble_3"]["right_only_there"] == 0
     with pytest.raises(SystemExit, match="no answers"):
         against(res, {"rows": {"shipped": {"accuracy": 0.5}}})
+    # a run of some outer folds (--folds 1) against a run of all: their answers of fold 1 alone
+    one = summarize([fold(1, ([True, False, False], 2, 4, 4), ([True, True, False], 3, 4, 4))])
+    vs = against(one, res, "ensemble_3")
+    assert (vs["shipped"]["right_only_here"], vs["shipped"]["right_only_there"]) == (0, 1)
 
 
 def test_history_extras_benchmark_counts_what_each_strategy_proposes():
@@ -106,25 +112,6 @@ def test_history_extras_benchmark_counts_what_each_strategy_proposes():
         {"queries": 1, "best_is_gold": 1, "some_is_gold": 1}
 
 
-def _tiny_yidu(folder: Path) -> Path:
-    """The demo procedures in Yidu-N7K's layout (code.txt, train.xlsx, val.xlsx): a set the real run_fold fits
-    in seconds."""
-    import pandas as pd
-
-    demo = ROOT / "assets" / "demo"
-    vocab = pd.read_csv(demo / "procedures.csv", dtype=str)
-    mentions = pd.read_csv(demo / "mentions.csv", dtype=str)
-    mentions = mentions[mentions.vocabulary == "procedures"].rename(columns={"mention": "原始词", "terms": "标准词"})
-    (folder / "yidu-n7k").mkdir(parents=True)
-    (folder / "keywords").mkdir()  # none: the engine's built-in keywords
-    (folder / "yidu-n7k" / "code.txt").write_text(
-        "".join(f"{c}\t{n}\n" for c, n in zip(vocab.code, vocab.name)), encoding="utf-8")
-    cut = len(mentions) * 3 // 4
-    mentions[["原始词", "标准词"]][:cut].to_excel(folder / "yidu-n7k" / "train.xlsx", index=False)
-    mentions[["原始词", "标准词"]][cut:].to_excel(folder / "yidu-n7k" / "val.xlsx", index=False)
-    return folder
-
-
 def test_kept_folds_are_taken_by_the_next_run_and_refitted_when_what_measured_them_changed(tmp_path, monkeypatch):
     """A CV run cut short keeps its finished outer folds (--keep-folds); the next run takes them instead of
     fitting them again, and gives the same figures; a kept fold of other rows, seed or code is not taken. A row
@@ -134,7 +121,7 @@ def test_kept_folds_are_taken_by_the_next_run_and_refitted_when_what_measured_th
 
     import benchmarks.cv as cv
 
-    data = _tiny_yidu(tmp_path / "data")
+    data = tiny_yidu(tmp_path / "data")
     kept = tmp_path / "kept"
     base = ["--data", str(data), "--sets", "yidu", "--folds", "0,1", "--jobs", "1", "--rows", "shipped,novel_2",
             "--keep-folds", str(kept)]
