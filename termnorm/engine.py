@@ -99,7 +99,8 @@ class Engine:
 
             # coded mentions are searched by the history strategies and the sieve; indexing them here too
             # would leak each training mention into its own K-fold candidates
-            self._vocab_strategies.append(DenseRecaller(dense, use_history=False).fit(vocabulary))
+            self._vocab_strategies.append(dense.recaller(vocabulary) if hasattr(dense, "recaller")  # a DenseTable
+                                          else DenseRecaller(dense, use_history=False).fit(vocabulary))
         self._history_recallers = history_strategies(vocabulary, self.history, self.history_extras)
         self.union = self._union([*self._vocab_strategies, *self._history_recallers], split=split)
         self._search_union = self._union(self._vocab_strategies, split=False)

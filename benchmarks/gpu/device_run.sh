@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One GPU slice of the cross-encoder training (issue 28), as run on a lent GPU machine with no network.
+# One GPU slice of the cross-encoder training (issue 28), or of the bi-encoders' when CARRY_DIR holds
+# dense_cv.py's bundle, as run on a lent GPU machine with no network.
 #   benchmarks/gpu/device_run.sh CARRY_DIR OUT_DIR BUDGET_MIN [RESUME_DIR]
 # CARRY_DIR holds what benchmarks/gpu/pack.sh packed (the bundle, the encoder as encoder.tar.xz and,
 # optionally, wheels/*.whl: the transformers this repository is tested with). Checks the scripts on the
@@ -20,9 +21,16 @@ fi
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name(0))"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 bundle=/tmp/bundle
-mkdir -p $bundle && cp "$carry"/*.json.gz "$carry"/*_tagger.pkl $bundle/ && tar -xJf "$carry"/encoder.tar.xz -C $bundle
-python3 -m pytest -q -x -p no:cacheprovider --noconftest tests/test_gpu_kar.py 2>&1 | tail -3
+mkdir -p $bundle && cp "$carry"/*.gz $bundle/ && tar -xJf "$carry"/encoder.tar.xz -C $bundle
+cp "$carry"/*_tagger.pkl $bundle/ 2>/dev/null
+dense=$(ls $bundle/*_dense.pkl.gz 2>/dev/null)
+[ -n "$dense" ] || python3 -m pytest -q -x -p no:cacheprovider --noconftest tests/test_gpu_kar.py 2>&1 | tail -3
 used=$(( ($(date +%s) - start) ))
 left=$(python3 -c "print(max(0.5, $budget - $used / 60))")
 echo "setup took ${used}s; training for ${left} min"
-python3 benchmarks/gpu/train_kar.py --bundle $bundle --out "$out" --budget-min "$left" ${resume:+--resume "$resume"}
+if [ -n "$dense" ]; then  # the bi-encoders (dense_cv.py): OUT's finished folds are kept, so OUT is also the resume
+  sets=$(for f in $dense; do basename "$f" _dense.pkl.gz; done | paste -sd,)
+  python3 benchmarks/gpu/dense_cv.py train --bundle $bundle --out "$out" --sets "$sets" --budget-min "$left"
+else
+  python3 benchmarks/gpu/train_kar.py --bundle $bundle --out "$out" --budget-min "$left" ${resume:+--resume "$resume"}
+fi

@@ -1,0 +1,97 @@
+"""Dense recall from a table: a bi-encoder's top terms for every query text a run will ask, computed where the
+encoder was trained (a lent GPU machine, ``benchmarks/gpu/dense_cv.py``) and looked up where the pipeline runs.
+
+A GPU machine lends minutes and sends back at most a few small files: a fine-tuned encoder per outer fold does
+not fit through that, its answers do. The table holds, per query text, the ``(term id, cosine)`` hits of
+:class:`termnorm.dense.index.DenseRecaller` at the ``k`` the recall union asks a dense strategy for
+(``termnorm.recall.union.OTHER_K``), so the engine recalls exactly what the live encoder would have. A text
+the table lacks is an error, never an empty answer: an incomplete collection must not pass for a weak encoder.
+
+File (``numpy.savez_compressed``): ``format``, ``k``, ``ids`` / ``scores`` ``[n, k]`` (-1 pads),
+``queries`` and ``names`` as NUL-joined UTF-8 (``names``: the vocabulary's names by term id, checked on
+use so a table is never read against another vocabulary).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from termnorm.recall.base import Hits, Recaller
+from termnorm.records import LabelledMention
+from termnorm.vocabulary import Vocabulary
+
+FORMAT = "termnorm-dense-table/1"
+
+
+def _join(texts: Sequence[str]) -> np.ndarray:
+    return np.frombuffer("\0".join(texts).encode("utf-8"), dtype=np.uint8)
+
+
+def _split(raw: np.ndarray) -> list[str]:
+    return raw.tobytes().decode("utf-8").split("\0") if raw.size else []
+
+
+def write_table(path, queries: Sequence[str], hits: Sequence[Hits], names: Sequence[str], k: int) -> Path:
+    """Write the hits of ``queries`` (each at most ``k``) for the vocabulary whose names by id are ``names``."""
+    if any("\0" in q for q in queries):
+        raise ValueError("a query text holds a NUL character")
+    ids = np.full((len(queries), k), -1, dtype=np.int32)
+    scores = np.zeros((len(queries), k), dtype=np.float32)
+    for r, h in enumerate(hits):
+        for c, (t, s) in enumerate(h[:k]):
+            ids[r, c], scores[r, c] = t, s
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".part.npz")
+    np.savez_compressed(tmp, format=np.array(FORMAT), k=np.array(k), ids=ids, scores=scores,
+                        queries=_join(list(queries)), names=_join(list(names)))
+    tmp.replace(path)  # written whole or not at all: a killed run leaves no table that looks complete
+    return path
+
+
+class DenseTable:
+    """A table written by :func:`write_table`, in place of a bi-encoder in ``Engine(dense=...)``."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        with np.load(self.path) as z:
+            if str(z["format"]) != FORMAT:
+                raise ValueError(f"{self.path}: not a dense table ({str(z['format'])!r})")
+            self.k, self.ids, self.scores = int(z["k"]), z["ids"], z["scores"]
+            self.queries, self.names = _split(z["queries"]), _split(z["names"])
+        self.row = {q: r for r, q in enumerate(self.queries)}
+
+    def recaller(self, vocab: Vocabulary) -> "TableRecaller":
+        return TableRecaller(self).fit(vocab)
+
+
+class TableRecaller(Recaller):
+    """Dense recall (score key ``"dense"``) answered from a :class:`DenseTable`."""
+
+    name = "dense"
+
+    def __init__(self, table: DenseTable):
+        self.table = table
+
+    def fit(self, vocab: Vocabulary, history: list[LabelledMention] | None = None) -> "TableRecaller":
+        if list(vocab.names) != self.table.names:
+            raise ValueError(f"{self.table.path}: written for another vocabulary ({len(self.table.names)} names, "
+                             f"this one has {len(vocab.names)}, or they differ in order)")
+        return self
+
+    def recall_batch(self, queries: list[str], k: int) -> list[Hits]:
+        t = self.table
+        if k > t.k:
+            raise ValueError(f"{t.path}: asked for {k} hits a query, the table holds {t.k}")
+        missing = [q for q in queries if q not in t.row]
+        if missing:
+            raise KeyError(f"{t.path}: {len(missing)} of {len(queries)} query texts are not in the table "
+                           f"(first {missing[0]!r}); collect the queries again (benchmarks/gpu/dense_cv.py)")
+        out = []
+        for q in queries:
+            r = t.row[q]
+            out.append([(int(i), float(s)) for i, s in zip(t.ids[r, :k], t.scores[r, :k]) if i >= 0])
+        return out
