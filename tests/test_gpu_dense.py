@@ -105,4 +105,5 @@ def test_the_cv_dense_row_from_tables_gives_the_live_encoders_answers(trained):
     live = json.loads((tmp / "live.json").read_text(encoding="utf-8"))["results"]["yidu"]["rows"]["dense"]
     res = json.loads((tmp / "table.json").read_text(encoding="utf-8"))["results"]["yidu"]
     assert res["rows"]["dense"]["answers"] == live["answers"]
-    assert res["against"]["rows"]["dense"]["right_only_here"] == res["against"]["rows"]["dense"]["right_only_there"] == 0
+    vs = res["against"]["rows"]["dense"]
+    assert vs["right_only_here"] == vs["right_only_there"] == 0
