@@ -282,7 +282,7 @@ def summarize(folds: list[dict]) -> dict:
     folds = sorted(folds, key=lambda f: f["fold"])
     # without a shipped row (rows compared with another run's by --against) the in-run sign tests are left out
     shipped = "shipped" in folds[0]["rows"]
-    ref = np.concatenate([f["rows"]["shipped" if shipped else next(iter(f["rows"]))]["right"] for f in folds])
+    ref = np.concatenate([f["rows"]["shipped"]["right"] for f in folds]) if shipped else None
     bucket = np.concatenate([np.array(f.get("familiarity") or [None] * f["test"], dtype=object) for f in folds])
     rows = {}
     right_of = {row: np.concatenate([f["rows"][row]["right"] for f in folds]) for row in folds[0]["rows"]}
@@ -301,11 +301,11 @@ def summarize(folds: list[dict]) -> dict:
                 "right_only_in_shipped": vs_shipped["right_only_there"],
                 "sign_test_p": vs_shipped["sign_test_p"]} if shipped else {}),
             "ranker_fit_and_predict_seconds": round(sum(f["rows"][row]["seconds"] for f in folds), 1),
-            "by_familiarity": _by_familiarity(right, ref if shipped else None, bucket),
+            "by_familiarity": _by_familiarity(right, ref, bucket),
             "pairwise": {other: sign_test(right, r) for other, r in right_of.items() if other != row},
             # per test mention in fold order, 1 right: what --against compares across commits
             "answers": "".join("1" if x else "0" for x in right)}
-    return {"mentions": int(len(ref)), "folds": [{k: f[k] for k in ("fold", "train", "test", "candidates_seconds")}
+    return {"mentions": int(sum(f["test"] for f in folds)), "folds": [{k: f[k] for k in ("fold", "train", "test", "candidates_seconds")}
                                                  for f in folds], "rows": rows,
             "familiarity": [str(b) for b in bucket]}
 
