@@ -203,8 +203,9 @@ def cmd_evaluate(args) -> int:
             v = report[k]
             print(f"{k:<{width}}  {v:.4f}" if isinstance(v, float) else f"{k:<{width}}  {v}")
     if eng.history:
-        print("accuracy by how many coded mentions carry the rarest gold term: " + ", ".join(
-            f"{name} {b['accuracy']:.3f} (n={b['n']})" for name, b in report["by_familiarity"].items() if b["n"]))
+        print("accuracy by how many coded mentions carry the rarest gold term (all gold among the candidates): "
+              + ", ".join(f"{name} {b['accuracy']:.3f} ({b['candidate_recall']:.3f}, n={b['n']})"
+                          for name, b in report["by_familiarity"].items() if b["n"]))
     if args.report:
         Path(args.report).parent.mkdir(parents=True, exist_ok=True)
         out = dict(report)

@@ -154,23 +154,32 @@ FAMILIARITY_BUCKETS = (("unseen", 0, 0), ("1-2", 1, 2), ("3-9", 3, 9), ("10+", 1
 
 
 def accuracy_by_familiarity(history_terms: Iterable[Terms], gold: Sequence[Terms],
-                            predicted: Sequence[Terms]) -> dict[str, dict]:
+                            predicted: Sequence[Terms], ranked: Sequence[Sequence] | None = None) -> dict[str, dict]:
     """Exact-set accuracy by how familiar the gold is to the coded history.
 
     A mention's bucket (:data:`FAMILIARITY_BUCKETS`) is the number of coded mentions (``history_terms``,
     one term collection per coded mention) that carry its *rarest* gold term: ``unseen`` means a term
     no coder has used yet, which only the vocabulary-side strategies and the learned scorers can find.
-    Per bucket: ``n`` mentions and their ``accuracy`` (None for an empty bucket).
+    Per bucket: ``n`` mentions and their ``accuracy`` (None for an empty bucket); with ``ranked`` (each
+    mention's candidates) also ``candidate_recall``, the share whose gold terms are all among them: a miss
+    outside them is recall's to fix, one inside them the ranker's.
 
     >>> accuracy_by_familiarity([["a"], ["a"], ["b"]], [["a"], ["c"], ["a", "b"]], [["a"], ["a"], ["a", "b"]])["unseen"]
     {'n': 1, 'accuracy': 0.0}
     """
     _check(gold, predicted)
     hits: dict[str, list[bool]] = {name: [] for name, _, _ in FAMILIARITY_BUCKETS}
-    for name, g, p in zip(familiarity_buckets(history_terms, gold), gold, predicted):
+    found: dict[str, list[bool]] = {name: [] for name, _, _ in FAMILIARITY_BUCKETS}
+    for i, (name, g, p) in enumerate(zip(familiarity_buckets(history_terms, gold), gold, predicted)):
         if name:
             hits[name].append(_set(g) == _set(p))
-    return {name: {"n": len(h), "accuracy": _mean(h) if h else None} for name, h in hits.items()}
+            if ranked is not None:
+                found[name].append(_set(g) <= _set(ranked[i]))
+    out = {name: {"n": len(h), "accuracy": _mean(h) if h else None} for name, h in hits.items()}
+    if ranked is not None:
+        for name, f in found.items():
+            out[name]["candidate_recall"] = _mean(f) if f else None
+    return out
 
 
 def familiarity_buckets(history_terms: Iterable[Terms], gold: Sequence[Terms]) -> list[str | None]:
@@ -280,7 +289,7 @@ def evaluate_engine(engine: Engine, mentions: list[LabelledMention], stage: str 
     if bar:
         bar.close()
     rep = evaluate_predictions(gold, predicted, ranked, predicted_counts=counts)
-    rep["by_familiarity"] = accuracy_by_familiarity((m.terms for m in engine.history), gold, predicted)
+    rep["by_familiarity"] = accuracy_by_familiarity((m.terms for m in engine.history), gold, predicted, ranked)
     rep["errors"] = error_table(texts, gold, predicted, as_frame=False)
     rep["seconds"] = round(secs, 3)
     rep["mentions_per_second"] = round(len(texts) / secs, 1) if secs > 0 else None

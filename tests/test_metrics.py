@@ -138,3 +138,8 @@ def test_accuracy_by_familiarity_buckets_by_the_rarest_gold_term():
     assert r == {"unseen": {"n": 2, "accuracy": 0.5}, "1-2": {"n": 1, "accuracy": 1.0},
                  "3-9": {"n": 1, "accuracy": 1.0}, "10+": {"n": 2, "accuracy": 0.5}}
     assert accuracy_by_familiarity([], [["a"]], [["a"]])["10+"] == {"n": 0, "accuracy": None}
+    # with the candidates: the unseen {d} miss had d among them (the ranker's miss), the 10+ one had not
+    ranked = [["a"], ["b"], ["b"], ["c", "a"], ["a", "d"], ["a", "d"]]
+    r = accuracy_by_familiarity(history, gold, pred, ranked)
+    assert (r["unseen"]["candidate_recall"], r["10+"]["candidate_recall"], r["1-2"]["candidate_recall"]) == \
+        (1.0, 0.5, 1.0)
