@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Pack the bundle of `benchmarks/gpu/kar_cv.py collect` (or dense_cv.py's) for a GPU machine without network:
-#   benchmarks/gpu/pack.sh [WORK=runs/gpu]  ->  WORK/carry (runs/gpu_dense for the bi-encoders) (the sets' files, encoder.tar.xz, wheels/)
+#   benchmarks/gpu/pack.sh [WORK=runs/gpu]  ->  WORK/carry (the sets' files, encoder.tar.xz, wheels/);
+#   WORK is runs/gpu_dense for the bi-encoders
 # The encoder's bf16 weights are dequantised 4-bit values, so xz halves them (46 -> 19 MB). The wheel is
 # the transformers this repository is tested with (a GPU image may hold an older one).
 set -eu
