@@ -95,11 +95,11 @@ class Engine:
         # the keyword-attentive cross-encoder scores every candidate (key "kar"); both feed the fusion
         self.dense, self.ranker = dense, ranker
         if dense is not None:
-            from termnorm.dense.index import DenseRecaller
+            from termnorm.dense.index import DenseRecaller, Recaller
 
             # coded mentions are searched by the history strategies and the sieve; indexing them here too
-            # would leak each training mention into its own K-fold candidates
-            self._vocab_strategies.append(dense.recaller(vocabulary) if hasattr(dense, "recaller")  # a DenseTable
+            # would leak each training mention into its own K-fold candidates. A Recaller (a DenseTable) is one.
+            self._vocab_strategies.append(dense.fit(vocabulary) if isinstance(dense, Recaller)
                                           else DenseRecaller(dense, use_history=False).fit(vocabulary))
         self._history_recallers = history_strategies(vocabulary, self.history, self.history_extras)
         self.union = self._union([*self._vocab_strategies, *self._history_recallers], split=split)

@@ -66,7 +66,7 @@ def test_a_table_answers_what_the_live_encoder_answers_and_refuses_what_it_lacks
     assert report["steps"] == 3 and report["queries"] == len(doc["queries"]) and report["gpu"] == "cpu"
     live = DenseRecaller(BiEncoder.from_folder(out / "yidu_fold0_model", device="cpu"), use_history=False)
     live.fit(doc["vocab"])
-    table = DenseTable(out / "yidu_fold0.npz").recaller(doc["vocab"])
+    table = DenseTable(out / "yidu_fold0.npz").fit(doc["vocab"])
     queries = doc["queries"][:40]
     for a, b in zip(live.recall_batch(queries, 10), table.recall_batch(queries, 10)):
         assert [t for t, _ in a] == [t for t, _ in b]
@@ -78,7 +78,7 @@ def test_a_table_answers_what_the_live_encoder_answers_and_refuses_what_it_lacks
     other = Vocabulary(name="other")
     other.add_term("胆囊切除术")
     with pytest.raises(ValueError, match="another vocabulary"):
-        DenseTable(out / "yidu_fold0.npz").recaller(other)
+        DenseTable(out / "yidu_fold0.npz").fit(other)
 
 
 def test_training_continues_with_the_folds_that_have_no_table(trained):

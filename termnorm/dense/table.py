@@ -52,8 +52,11 @@ def write_table(path, queries: Sequence[str], hits: Sequence[Hits], names: Seque
     return path
 
 
-class DenseTable:
-    """A table written by :func:`write_table`, in place of a bi-encoder in ``Engine(dense=...)``."""
+class DenseTable(Recaller):
+    """Dense recall (score key ``"dense"``) answered from a table written by :func:`write_table`; given to
+    ``Engine(dense=...)`` in place of a bi-encoder, it is the engine's dense strategy itself."""
+
+    name = "dense"
 
     def __init__(self, path):
         self.path = Path(path)
@@ -64,34 +67,18 @@ class DenseTable:
             self.queries, self.names = _split(z["queries"]), _split(z["names"])
         self.row = {q: r for r, q in enumerate(self.queries)}
 
-    def recaller(self, vocab: Vocabulary) -> "TableRecaller":
-        return TableRecaller(self).fit(vocab)
-
-
-class TableRecaller(Recaller):
-    """Dense recall (score key ``"dense"``) answered from a :class:`DenseTable`."""
-
-    name = "dense"
-
-    def __init__(self, table: DenseTable):
-        self.table = table
-
-    def fit(self, vocab: Vocabulary, history: list[LabelledMention] | None = None) -> "TableRecaller":
-        if list(vocab.names) != self.table.names:
-            raise ValueError(f"{self.table.path}: written for another vocabulary ({len(self.table.names)} names, "
+    def fit(self, vocab: Vocabulary, history: list[LabelledMention] | None = None) -> "DenseTable":
+        if list(vocab.names) != self.names:
+            raise ValueError(f"{self.path}: written for another vocabulary ({len(self.names)} names, "
                              f"this one has {len(vocab.names)}, or they differ in order)")
         return self
 
     def recall_batch(self, queries: list[str], k: int) -> list[Hits]:
-        t = self.table
-        if k > t.k:
-            raise ValueError(f"{t.path}: asked for {k} hits a query, the table holds {t.k}")
-        missing = [q for q in queries if q not in t.row]
+        if k > self.k:
+            raise ValueError(f"{self.path}: asked for {k} hits a query, the table holds {self.k}")
+        missing = [q for q in queries if q not in self.row]
         if missing:
-            raise KeyError(f"{t.path}: {len(missing)} of {len(queries)} query texts are not in the table "
+            raise KeyError(f"{self.path}: {len(missing)} of {len(queries)} query texts are not in the table "
                            f"(first {missing[0]!r}); collect the queries again (benchmarks/gpu/dense_cv.py)")
-        out = []
-        for q in queries:
-            r = t.row[q]
-            out.append([(int(i), float(s)) for i, s in zip(t.ids[r, :k], t.scores[r, :k]) if i >= 0])
-        return out
+        rows = [self.row[q] for q in queries]
+        return [[(int(i), float(s)) for i, s in zip(self.ids[r, :k], self.scores[r, :k]) if i >= 0] for r in rows]
