@@ -85,6 +85,8 @@ Rows that change what the candidates carry refit those per outer fold too
 - ``novel_2``, ``novel_4``  the pair scorer's rows of a training mention whose gold term its K-fold history
                      never coded weigh 2 or 4 (``GBMOptions.novel_weight``); ``dense_novel_2``, ``dense_novel_4``
                      the same with the dense row's bi-encoder.
+- ``part_context``   the pair scorer also compares each candidate with the best candidates of the mention part
+                     it names (``--part-context``, termnorm.rank.parts; off by default).
 
 For each row: pooled exact-set accuracy and micro-F1, per-fold accuracy, accuracy by familiarity (how often
 the fold's training mentions coded the test mention's rarest gold term: never, 1-2, 3-9, 10+ times), and
@@ -138,6 +140,7 @@ ROWS = {
     "history_extras": dict(history_extras=("key", "analogy")),
     "novel_2": dict(novel_weight=2.0),
     "novel_4": dict(novel_weight=4.0),
+    "part_context": dict(part_context=True),
     "dense_novel_2": dict(dense="dense", novel_weight=2.0),
     "dense_novel_4": dict(dense="dense", novel_weight=4.0),
 }

@@ -46,6 +46,9 @@ def _add_data_args(p, need_train=False):
                         "mention's candidates and the gap to it; an ablation)")
     p.add_argument("--no-part-count", action="store_true",
                    help="fit the count classifier without the part-coverage features (an ablation)")
+    p.add_argument("--part-context", action="store_true",
+                   help="give the pair scorer per-part context features: each candidate against the best "
+                        "candidates of the mention part it names (termnorm.rank.parts; off by default)")
     p.add_argument("--seed", type=int, default=0,
                    help="random seed of the ranker fit (history folds, held-out split, GBM state)")
 
@@ -53,7 +56,7 @@ def _add_data_args(p, need_train=False):
 def _ranker_options(args) -> dict:
     """The GBM ranker's own options of ``termnorm train lexical`` / ``termnorm evaluate``."""
     return dict(ensemble=args.ensemble, context_features=not args.no_context_features,
-                part_count=not args.no_part_count)
+                part_count=not args.no_part_count, part_context=args.part_context)
 
 
 def _history_extras(text: str) -> tuple[str, ...]:

@@ -262,7 +262,8 @@ class Engine:
         ``ensemble``: GBMs in the pair scorer, each on a random 70% of the feature columns, averaged
         (default :data:`termnorm.gbm_ranker.ENSEMBLE`, 1: one GBM on every column).
         ``context_features=False`` leaves out the list-context features (termnorm.gbm_ranker.CONTEXT_KEYS),
-        ``part_count=False`` the count classifier's part-coverage features (termnorm.gbm_ranker.part_features).
+        ``part_count=False`` the count classifier's part-coverage features (termnorm.gbm_ranker.part_features);
+        ``part_context=True`` adds the per-part context features (termnorm.rank.parts; off by default).
         """
         return fitting.fit_lexical(self, train, folds, progress, seed, with_history, surface_diff=surface_diff,
                                    bag=bag, term_classifier=term_classifier,
@@ -284,13 +285,10 @@ class Engine:
         return fitting.ranker_training_data(self, train, folds, seed, bag, with_history, surface_diff,
                                             keyword_features, term_classifier, progress, synthetic)
 
-    def fit_ranker(self, splits: list[tuple], seed: int = 0, rule_metric: str = "accuracy",
-                   keyword_features: bool = True, ensemble: int | None = None, context_features: bool = True,
-                   part_count: bool = True, progress: bool = False, novel_weight: float = 1.0) -> dict:
+    def fit_ranker(self, splits: list[tuple], seed: int = 0, progress: bool = False, **options) -> dict:
         """The second half of :meth:`fit_lexical`: the GBM ranker, count classifier, output rule and
-        confidence on splits of :meth:`ranker_training_data` (options as there and in GBMOptions)."""
-        return fitting.fit_ranker(self, splits, seed, rule_metric, keyword_features, ensemble, context_features,
-                                  part_count, progress, novel_weight)
+        confidence on splits of :meth:`ranker_training_data` (``options`` by name: those of GBMOptions)."""
+        return fitting.fit_ranker(self, splits, seed, progress=progress, **options)
 
     def fit_surface(self, mentions, cand_lists, golds, enabled: bool = True, progress: bool = False,
                     keywords: bool = True) -> None:

@@ -40,6 +40,7 @@ class GBMOptions:
     ensemble: int | None = None  # GBMs in the pair scorer (None: termnorm.gbm_ranker.ENSEMBLE)
     context_features: bool = True  # list-context features (termnorm.gbm_ranker.CONTEXT_KEYS)
     part_count: bool = True  # the count classifier's part-coverage features (termnorm.gbm_ranker.part_features)
+    part_context: bool = False  # per-part context features of the pair scorer (termnorm.rank.parts)
     # weight of the pair-scorer rows of a training mention whose gold term its K-fold history never coded (the
     # never-coded terms are a few percent of the rows and the GBM learns to prefer coded terms)
     novel_weight: float = 1.0
@@ -69,6 +70,8 @@ def fit_lexical(engine: Engine, train: list[LabelledMention], folds: int = 4, pr
                    keyword_features=gbm.keyword_features, surface_diff=surface_diff, bag=bag,
                    term_classifier=term_classifier, ensemble=engine.meta["ranker_ensemble"],
                    context_features=gbm.context_features, part_count=gbm.part_count, split=engine.split)
+    if gbm.part_context:  # only when on: the versions of the fits before the option stay as they were
+        options["part_context"] = True
     train_sha = hash_mentions(train)
     digest = hashlib.sha256((train_sha + json.dumps(options, sort_keys=True)).encode())
     engine.model_version = "lexical-gbm-" + digest.hexdigest()[:8]
@@ -120,7 +123,8 @@ def _fold_familiarity(train: list[LabelledMention], fold_of, order: list[int]) -
 
 def fit_ranker(engine: Engine, splits: list[tuple], seed: int = 0, rule_metric: str = "accuracy",
                keyword_features: bool = True, ensemble: int | None = None, context_features: bool = True,
-               part_count: bool = True, progress: bool = False, novel_weight: float = 1.0) -> dict:
+               part_count: bool = True, progress: bool = False, novel_weight: float = 1.0,
+               part_context: bool = False) -> dict:
     """:meth:`termnorm.engine.Engine.fit_ranker`."""
     from termnorm.gbm_ranker import ENSEMBLE, LexicalRanker, PairFeaturizer
 
@@ -129,7 +133,8 @@ def fit_ranker(engine: Engine, splits: list[tuple], seed: int = 0, rule_metric: 
         raise ValueError(f"ensemble must be at least 1, not {ensemble}")
     ranker_kw = dict(ensemble=ensemble, count_parts=part_count)
     keys = sorted({k for sp in splits for cl in sp[1] for c in cl for k in c.scores})
-    feat = PairFeaturizer(keys, tagger=engine.tagger, keywords=keyword_features, context=context_features)
+    feat = PairFeaturizer(keys, tagger=engine.tagger, keywords=keyword_features, context=context_features,
+                          part_context=part_context)
     t0 = time.perf_counter()
     first = (*splits[0][:5], copy.deepcopy(splits[0][5]))  # refits on the same splits stay identical
     weights = [_novel_weights(sp, novel_weight) for sp in splits]
@@ -145,6 +150,7 @@ def fit_ranker(engine: Engine, splits: list[tuple], seed: int = 0, rule_metric: 
             engine.lexranker = LexicalRanker.bagged(members)
     engine.meta.update(score_keys=keys, ranker_bag=len(splits), ranker_ensemble=ensemble,
                        context_features=bool(context_features), part_count=bool(part_count),
+                       part_context=bool(part_context),
                        novel_weight=float(novel_weight),
                        fit_seconds=round(time.perf_counter() - t0, 2))
     return engine.meta

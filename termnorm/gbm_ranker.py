@@ -64,13 +64,15 @@ class PairFeaturizer:
     """Turns (mention, candidate list) into a feature matrix; score keys are fixed at fit time."""
 
     def __init__(self, score_keys: list[str], tagger=None, vocab=None, keywords: bool = True,
-                 context: bool = True):
+                 context: bool = True, part_context: bool = False):
         self.score_keys = list(score_keys)
         self.tagger = tagger
         # False: the keyword match / mismatch features stay 0 (the "no keyword attention" ablation)
         self.keywords = keywords
         # list context (see CONTEXT_KEYS); featurizers pickled before it existed have no attribute: False
         self.context = context
+        # per-part context (termnorm.rank.parts); featurizers pickled before it have no attribute: False
+        self.part_context = part_context
         self._term_kw: dict[int, dict[str, set]] = {}
         self.vocab = vocab
 
@@ -114,9 +116,16 @@ class PairFeaturizer:
         start = 2 * len(self.score_keys) + 14 + 3 * len(SITE_TYPE)
         return slice(start, start + 2 * len(self._context_columns()))
 
+    def _part_width(self) -> int:
+        """Columns of the per-part context (termnorm.rank.parts), 0 when off."""
+        from termnorm.rank.parts import columns, width
+
+        return width(len(columns(self.score_keys))) if getattr(self, "part_context", False) else 0
+
     @property
     def n_features(self) -> int:
-        return 2 * len(self.score_keys) + 14 + 3 * len(SITE_TYPE) + 2 * len(self._context_columns())
+        n = 2 * len(self.score_keys) + 14 + 3 * len(SITE_TYPE) + 2 * len(self._context_columns())
+        return n + self._part_width()
 
     def transform(self, mention: str, cands: list[Candidate], n_parts: int = 1) -> np.ndarray:
         n = len(cands)
@@ -171,6 +180,11 @@ class PairFeaturizer:
             best = S[:, ctx].max(axis=0)
             X[:, col:col + len(ctx)] = best
             X[:, col + len(ctx):col + 2 * len(ctx)] = S[:, ctx] - best
+        if getattr(self, "part_context", False):
+            from termnorm.rank.parts import columns, part_context
+
+            X[:, X.shape[1] - self._part_width():] = part_context(mention, [self._norm(c) for c in cands],
+                                                                  S[:, columns(self.score_keys)], n_parts)
         return X
 
 

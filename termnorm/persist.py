@@ -28,6 +28,7 @@ def export_ranker(engine: Engine, path) -> Path:
                  "score_keys": r.featurizer.score_keys, "theta": r.theta, "rule": r.rule,
                  "bag": getattr(r, "bag", 1), "confidence_model": engine.confidence_model,
                  "context": getattr(r.featurizer, "context", False),
+                 "part_context": getattr(r.featurizer, "part_context", False),
                  "count_parts": getattr(r, "count_parts", False),
                  "diff_scorer": engine.diff_scorer,
                  "trained_on": engine.meta.get("trained_on", ""),

@@ -243,7 +243,8 @@ def fit_with_pairs(engine, train: list[LabelledMention], confirmed_negatives: di
     keys = sorted({k for cl in cand_lists for c in cl for k in c.scores})
     # the engine's ranker settings (termnorm train lexical) carry over; pipelines fitted before a setting
     # existed get today's default
-    feat = PairFeaturizer(keys, tagger=engine.tagger, context=engine.meta.get("context_features", True))
+    feat = PairFeaturizer(keys, tagger=engine.tagger, context=engine.meta.get("context_features", True),
+                          part_context=engine.meta.get("part_context", False))
     ranker_kw = dict(ensemble=engine.meta.get("ranker_ensemble", ENSEMBLE),
                      count_parts=engine.meta.get("part_count", True))
     count_mask = [bool(g) for g in golds]
@@ -265,6 +266,7 @@ def fit_with_pairs(engine, train: list[LabelledMention], confirmed_negatives: di
                   fit_seconds=round(time.perf_counter() - t1, 2))
     engine.meta.update(train_size=len(pos), train_sha256=_hash_mentions(pos), score_keys=keys, ranker_bag=1,
                        ranker_ensemble=ranker_kw["ensemble"], context_features=feat.context,
+                       part_context=feat.part_context,
                        part_count=ranker_kw["count_parts"],
                        fit_seconds=report["fit_seconds"], learning_loop=report)
     say(1.0, "fitted")

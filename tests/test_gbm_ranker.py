@@ -45,6 +45,64 @@ def test_context_features_are_the_list_best_and_the_gap_to_it():
     assert old.n_features == off.n_features
 
 
+def test_part_context_compares_a_candidate_with_the_best_of_the_part_it_names():
+    """脾切除+胆囊切除术: 全脾切除术 (never coded) is measured against the 脾 part's candidates, not against
+    胆囊切除术, the exact match of the other part; 切除 is in both parts and assigns nothing."""
+    from termnorm.rank.parts import PART_KEYS, assign, distinctive_parts, part_context, width
+
+    m = "脾切除+胆囊切除术"
+    parts = distinctive_parts(m, 2)
+    assert parts == [frozenset("脾"), frozenset("胆囊")]
+    assert distinctive_parts(m, 1) == [frozenset("脾切除胆囊")]  # an engine that does not split: one part
+    # one term for both parts (nothing of its own in the first): the parts' own characters
+    assert distinctive_parts("右甲状腺全切+左甲状腺次全切除术", 2) == [frozenset("甲状腺全切"), frozenset("甲状腺次全切除")]
+    assert assign("全脾切除术", parts) == (0, 1.0) and assign("胆囊病损切除术", parts) == (1, 1.0)
+    assert assign("切除术", parts) == (-1, 0.0)
+
+    keys = ["history", "jaccard_part", "exact"]  # exact is no part key: no columns
+    cands = [cand(0, "胆囊切除术", jaccard_part=1.0, exact=1.0), cand(1, "全脾切除术", history=0.55, jaccard_part=0.6),
+             cand(2, "切除术", jaccard_part=0.3), cand(3, "腹腔镜下胆囊切除术", history=0.45, jaccard_part=0.7)]
+    on, off = PairFeaturizer(keys, part_context=True), PairFeaturizer(keys)
+    X, Y = on.transform(m, cands, n_parts=2), off.transform(m, cands, n_parts=2)
+    assert set(keys) & set(PART_KEYS) == {"history", "jaccard_part"}
+    assert X.shape[1] == Y.shape[1] + width(2) == on.n_features and np.array_equal(X[:, :Y.shape[1]], Y)
+    pc = X[:, Y.shape[1]:]
+    # cover, crowd (share of the candidates naming the same part), best history / jaccard_part, the gaps
+    assert np.allclose(pc, [[1, 0.5, 0.45, 1.0, -0.45, 0.0],
+                            [1, 0.25, 0.55, 0.6, 0.0, 0.0],
+                            [0, 0.25, 0.0, 0.3, 0.0, 0.0],
+                            [1, 0.5, 0.45, 1.0, 0.0, -0.3]])
+    # 全脾切除术's part match (0.6) trails the other part's exact match (1.0) by 0.4; within its own part it leads
+    S = np.array([[c.scores.get(k, 0.0) for k in ("history", "jaccard_part")] for c in cands], dtype=np.float32)
+    assert np.array_equal(part_context(m, [c.term for c in cands], S, 2), pc)
+    # one part: every candidate sharing a character is in it
+    one = part_context(m, [c.term for c in cands], S, 1)
+    assert np.allclose(one[:, 0], [4 / 5, 3 / 5, 2 / 5, 4 / 5]) and np.allclose(one[:, 1], 1.0)
+    old = PairFeaturizer(keys)
+    del old.part_context  # a featurizer pickled before the option
+    assert old.n_features == off.n_features and np.array_equal(old.transform(m, cands, n_parts=2), Y)
+
+
+def test_part_context_is_recorded_and_survives_save_load_export_and_the_learning_loop(demo, tmp_path):
+    vocab, mentions = demo
+    texts = [m.text for m in mentions[60:]]
+    eng = Engine(vocab, history=mentions[:60])
+    eng.fit_lexical(mentions[:60], part_context=True)
+    assert eng.lexranker.featurizer.part_context and eng.meta["part_context"]
+    assert eng.meta["fit_options"]["part_context"] is True
+    plain = Engine(vocab, history=mentions[:60])
+    plain.fit_lexical(mentions[:60])
+    assert "part_context" not in plain.meta["fit_options"] and plain.model_version != eng.model_version
+    want = [(s.chosen, [c.term for c in s.candidates]) for s in eng.suggest_batch(texts)]
+    loaded = Engine.load(eng.save(tmp_path / "m"))
+    assert [(s.chosen, [c.term for c in s.candidates]) for s in loaded.suggest_batch(texts)] == want
+    eng.export_ranker(tmp_path / "r.joblib")
+    cold = Engine(vocab, history=mentions[:60])
+    assert cold.use_pretrained_ranker(tmp_path / "r.joblib") and cold.lexranker.featurizer.part_context
+    cold.term_classifier = eng.term_classifier
+    assert [(s.chosen, [c.term for c in s.candidates]) for s in cold.suggest_batch(texts)] == want
+
+
 def test_part_features_tell_one_term_per_part_from_one_term_for_both():
     probs = np.array([0.9, 0.6, 0.1])
     per_part = part_features("尿道憩室切除+尿道成形术",

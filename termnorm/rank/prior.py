@@ -50,7 +50,8 @@ def load_exported_ranker(path, tagger) -> dict | None:
         warnings.warn(f"{path}: exported ranker not loaded ({e})")
         return None
     # rankers exported before the list-context and part-coverage features have neither
-    feat = PairFeaturizer(state["score_keys"], tagger=tagger, context=state.get("context", False))
+    feat = PairFeaturizer(state["score_keys"], tagger=tagger, context=state.get("context", False),
+                          part_context=state.get("part_context", False))
     r = LexicalRanker(feat, theta=state["theta"], count_parts=state.get("count_parts", False))
     r.pair_model, r.count_model, r.rule = state["pair_model"], state["count_model"], tuple(state["rule"])
     r.bag = state.get("bag", 1)
