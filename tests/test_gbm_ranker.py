@@ -100,6 +100,12 @@ def test_part_context_is_recorded_and_survives_save_load_export_and_the_learning
     assert cold.use_pretrained_ranker(tmp_path / "r.joblib") and cold.lexranker.featurizer.part_context
     cold.term_classifier = eng.term_classifier
     assert [(s.chosen, [c.term for c in s.candidates]) for s in cold.suggest_batch(texts)] == want
+    # the learning loop's refit (db.retrain) keeps the engine's setting
+    from termnorm.refit import fit_with_pairs
+
+    fit_with_pairs(loaded, mentions[:70])
+    assert loaded.lexranker.featurizer.part_context and loaded.meta["part_context"]
+    assert loaded.lexranker.featurizer.n_features == eng.lexranker.featurizer.n_features
 
 
 def test_part_features_tell_one_term_per_part_from_one_term_for_both():
