@@ -19,7 +19,10 @@ mention (or an engine that does not split) gets zeros: its one part is the whole
 features already describe (measured: with them repeated here, 5,000 Yidu-N7K mentions cross-validated gained
 1.7 points on the 575 multi-part mentions and lost 0.1 on the others, 32 right only with, 38 only without).
 
-Off by default (``GBMOptions.part_context``); ``benchmarks/cv.py --rows shipped,part_context`` measures it.
+Off by default (``GBMOptions.part_context``): cross-validated it did not help overall (CHIP-CDN exact-set 0.3940
+against 0.3959, p = 0.56, micro-F1 0.6997 against 0.6985; Yidu-N7K level, 42 / 42). On CHIP-CDN it raised the
+multi-part mentions (82 / 56) and lowered the one-part ones (119 / 158): docs/benchmarks.md, "Part context".
+``benchmarks/cv.py --rows shipped,part_context`` measures it.
 """
 
 from __future__ import annotations
