@@ -207,7 +207,7 @@ def _lcs_len(a: str, b: str) -> int:
 
 
 #: Characters that say nothing about which part of a mention a term names (laterality, "operation").
-_PART_STOP = set("左右双单侧术行及和与并的下")
+PART_STOP = frozenset("左右双单侧术行及和与并的下")
 #: Features :func:`part_features` adds to the count classifier's (rankers pickled before them have no
 #: ``count_parts`` attribute and count from the others alone).
 N_PART_FEATURES = 8
@@ -228,12 +228,12 @@ def part_features(mention: str, cands: list[Candidate] | None, probs: np.ndarray
         return out
     from termnorm.text.split import split_mention
 
-    parts = [set(p) - _PART_STOP for p in split_mention(mention)]
+    parts = [set(p) - PART_STOP for p in split_mention(mention)]
     parts = [p for p in parts if p]
     if len(parts) < 2:
         return out
     order = np.argsort(-probs, kind="stable")[:3]
-    tops = [set(normalize(cands[i].term)) - _PART_STOP for i in order]
+    tops = [set(normalize(cands[i].term)) - PART_STOP for i in order]
     cov = np.array([[len(t & p) / len(p) for p in parts] for t in tops])  # candidate x part
     own = np.array([[len(t & p) / max(1, len(t)) for p in parts] for t in tops])
     assigned = own.argmax(axis=1)

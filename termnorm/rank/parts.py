@@ -29,8 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-#: Characters that say nothing about which part of a mention a term names (laterality, "operation").
-PART_STOP = frozenset("左右双单侧术行及和与并的下")
+from termnorm.gbm_ranker import PART_STOP
 
 #: Scores that get a per-part best and gap (those of them a fitted ranker has).
 PART_KEYS = ("history", "history_part", "history_jaccard", "history_jaccard_part", "tfidf", "tfidf_part",
