@@ -52,6 +52,12 @@ then fits its own ranker on them (``Engine.fit_ranker``). Rows run by default
 - ``no_part_count``  without the count classifier's part-coverage features (``--no-part-count``);
 - ``before``         neither feature set: the ranker as it was before them.
 
+Rows that change only the ranker's options, also on the shared candidates (not run by default):
+- ``novel_2``, ``novel_4``  the pair scorer's rows of a training mention whose gold term its K-fold history
+                     never coded weigh 2 or 4 (``GBMOptions.novel_weight``); ``dense_novel_2``, ``dense_novel_4``
+                     the same with the dense row's bi-encoder (that row's candidates);
+- ``part_context``   per-part context features in the pair scorer (``--part-context``, termnorm.rank.parts).
+
 Rows that change what the candidates carry refit those per outer fold too
 (one more ``ranker_training_data`` each, about as long as the fold's first):
 
@@ -82,11 +88,6 @@ Rows that change what the candidates carry refit those per outer fold too
 - ``dense_crossfit`` the same with a cross-fitted bi-encoder per outer fold (``termnorm train recall --folds
                      K``, :mod:`termnorm.dense.crossfit`; ``--dense-crossfit`` names the folders): the
                      fold's training mentions get out-of-fold dense scores.
-- ``novel_2``, ``novel_4``  the pair scorer's rows of a training mention whose gold term its K-fold history
-                     never coded weigh 2 or 4 (``GBMOptions.novel_weight``); ``dense_novel_2``, ``dense_novel_4``
-                     the same with the dense row's bi-encoder.
-- ``part_context``   the pair scorer also compares each candidate with the best candidates of the mention part
-                     it names (``--part-context``, termnorm.rank.parts; off by default).
 
 For each row: pooled exact-set accuracy and micro-F1, per-fold accuracy, accuracy by familiarity (how often
 the fold's training mentions coded the test mention's rarest gold term: never, 1-2, 3-9, 10+ times), and
