@@ -170,3 +170,44 @@ def test_kept_folds_are_taken_by_the_next_run_and_refitted_when_what_measured_th
     assert (vs_shipped["rows"]["novel_2"]["right_only_here"], vs_shipped["rows"]["novel_2"]["right_only_there"]) == \
         (first["rows"]["novel_2"]["right_only_here"], first["rows"]["novel_2"]["right_only_in_shipped"])
     assert vs_itself["rows"]["novel_2"]["right_only_here"] == vs_itself["rows"]["novel_2"]["right_only_there"] == 0
+
+
+def test_cv_split_cuts_a_runs_answers_into_subsets_that_add_up_to_the_run(tmp_path):
+    """benchmarks/cv_split.py rebuilds a real run's test mentions (outer folds 0 and 1 of the demo in Yidu-N7K's
+    layout) and compares two rows on subsets: complementary cuts add up to the run's own counts."""
+    import json
+
+    import benchmarks.cv as cv
+    from benchmarks.cv_split import main as cv_split
+
+    data = tiny_yidu(tmp_path / "data")
+    run = tmp_path / "run.json"
+    assert cv.main(["--data", str(data), "--sets", "yidu", "--folds", "0,1", "--jobs", "1",
+                    "--rows", "shipped,part_context", "--out", str(run)]) == 0
+    res = json.loads(run.read_text(encoding="utf-8"))["results"]["yidu"]
+    out = tmp_path / "split.json"
+    cuts = cv_split([str(run), "--set", "yidu", "--row", "part_context", "--data", str(data),
+                     "--out", str(out)])["cuts"]
+    assert json.loads(out.read_text(encoding="utf-8"))["cuts"] == cuts
+    row = res["rows"]["part_context"]
+    for a, b in (("multi-part", "one part"), ("several gold terms", "one gold term")):
+        assert cuts[a]["n"] + cuts[b]["n"] == res["mentions"] and cuts[a]["n"] > 0 and cuts[b]["n"] > 0
+        assert cuts[a]["right_only_row"] + cuts[b]["right_only_row"] == row["right_only_here"]
+        assert cuts[a]["right_only_shipped"] + cuts[b]["right_only_shipped"] == row["right_only_in_shipped"]
+        right = cuts[a]["shipped"] * cuts[a]["n"] + cuts[b]["shipped"] * cuts[b]["n"]
+        assert right == pytest.approx(res["rows"]["shipped"]["accuracy"] * res["mentions"], abs=0.01)
+    # mention by mention: the run's answers joined to the mentions of folds 0 then 1
+    from termnorm.loaders import load_labelled, load_vocabulary
+
+    vocab = load_vocabulary(data / "yidu-n7k" / "code.txt")
+    train, dev = (load_labelled(data / "yidu-n7k" / f, vocab).mentions for f in ("train.xlsx", "val.xlsx"))
+    several = [len(m.terms) > 1 for k in (0, 1) for m in cv.outer_fold(train, dev, k)[1]]
+    got = [x == "1" for x, s in zip(res["rows"]["shipped"]["answers"], several) if s]
+    assert cuts["several gold terms"]["shipped"] == round(sum(got) / len(got), 4)
+    import pandas as pd
+
+    other = tiny_yidu(tmp_path / "other")  # a dev file cut short: the run's answers no longer line up
+    val = other / "yidu-n7k" / "val.xlsx"
+    pd.read_excel(val, dtype=str)[:5].to_excel(val, index=False)
+    with pytest.raises(SystemExit, match="test mentions rebuilt"):
+        cv_split([str(run), "--set", "yidu", "--row", "part_context", "--data", str(other)])
