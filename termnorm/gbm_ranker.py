@@ -116,16 +116,19 @@ class PairFeaturizer:
         start = 2 * len(self.score_keys) + 14 + 3 * len(SITE_TYPE)
         return slice(start, start + 2 * len(self._context_columns()))
 
-    def _part_width(self) -> int:
-        """Columns of the per-part context (termnorm.rank.parts), 0 when off."""
-        from termnorm.rank.parts import columns, width
-
-        return width(len(columns(self.score_keys))) if getattr(self, "part_context", False) else 0
+    def _part_layout(self) -> tuple[list[int], int]:
+        """(score, feature) columns of termnorm.rank.parts.layout, cached; ([], 0) when off, importing nothing."""
+        if not getattr(self, "part_context", False):
+            return [], 0
+        if "_part_layout_" not in self.__dict__:
+            from termnorm.rank.parts import layout
+            self._part_layout_ = layout(self.score_keys)
+        return self._part_layout_
 
     @property
     def n_features(self) -> int:
         n = 2 * len(self.score_keys) + 14 + 3 * len(SITE_TYPE) + 2 * len(self._context_columns())
-        return n + self._part_width()
+        return n + self._part_layout()[1]
 
     def transform(self, mention: str, cands: list[Candidate], n_parts: int = 1) -> np.ndarray:
         n = len(cands)
@@ -180,11 +183,11 @@ class PairFeaturizer:
             best = S[:, ctx].max(axis=0)
             X[:, col:col + len(ctx)] = best
             X[:, col + len(ctx):col + 2 * len(ctx)] = S[:, ctx] - best
-        if getattr(self, "part_context", False):
-            from termnorm.rank.parts import columns, part_context
+        cols, width = self._part_layout()
+        if width:
+            from termnorm.rank.parts import part_context
 
-            X[:, X.shape[1] - self._part_width():] = part_context(mention, [self._norm(c) for c in cands],
-                                                                  S[:, columns(self.score_keys)], n_parts)
+            X[:, X.shape[1] - width:] = part_context(mention, [self._norm(c) for c in cands], S[:, cols], n_parts)
         return X
 
 

@@ -80,6 +80,14 @@ def test_part_context_compares_a_candidate_with_the_best_of_the_part_it_names():
     old = PairFeaturizer(keys)
     del old.part_context  # a featurizer pickled before the option
     assert old.n_features == off.n_features and np.array_equal(old.transform(m, cands, n_parts=2), Y)
+    # off (the default), scoring never loads termnorm.rank (its package imports torch)
+    import subprocess
+    import sys
+
+    code = ("import sys; from termnorm.gbm_ranker import PairFeaturizer; from termnorm.records import Candidate; "
+            "PairFeaturizer(['history']).transform('脾切除+胆囊切除术', [Candidate(0, '全脾切除术', 0.0, {}, [])], 2); "
+            "sys.exit('termnorm.rank' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0
 
 
 def test_part_context_is_recorded_and_survives_save_load_export_and_the_learning_loop(demo, tmp_path):

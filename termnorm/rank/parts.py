@@ -68,9 +68,10 @@ def assign(term: str, parts: list[frozenset]) -> tuple[int, float]:
     return (j, shares[j]) if j >= 0 and shares[j] > 0 else (-1, 0.0)
 
 
-def columns(score_keys: list[str]) -> list[int]:
-    """Indices into a featurizer's ``score_keys`` of the :data:`PART_KEYS` it has."""
-    return [j for j, k in enumerate(score_keys) if k in PART_KEYS]
+def layout(score_keys: list[str]) -> tuple[list[int], int]:
+    """(indices into a featurizer's ``score_keys`` of the :data:`PART_KEYS` it has, :func:`width` for them)."""
+    cols = [j for j, k in enumerate(score_keys) if k in PART_KEYS]
+    return cols, width(len(cols))
 
 
 def width(n_keys: int) -> int:
