@@ -2,16 +2,14 @@
 
     python3 benchmarks/cv.py [--data ../shared/data] [--sets yidu] [--folds 0,1,2,3,4] [--jobs 2]
                              [--seed 0] [--rows shipped,ensemble_3,...] [--out benchmarks/results/cv.json]
-    python3 benchmarks/cv.py --rows shipped,no_keywords,no_diff,no_termclf \
-                             --out benchmarks/results/cv_ablations.json
+    python3 benchmarks/cv.py --rows shipped,no_keywords,no_diff,no_termclf --out benchmarks/results/cv_ablations.json
     python3 benchmarks/cv.py --rows shipped,no_split --update --out benchmarks/results/cv_ablations.json
     python3 benchmarks/cv.py --sets ncbi --rows shipped,no_termclf --out benchmarks/results/cv_ncbi.json
     python3 benchmarks/cv.py --sets cdn --rows shipped,ensemble_3 --out benchmarks/results/cv_cdn.json
     python3 benchmarks/cv.py --rows shipped,bag_3 --out benchmarks/results/cv_bag.json
     python3 benchmarks/cv.py --write-folds runs/cv_folds      # each outer fold's training file, for the row
     python3 benchmarks/cv.py --sets cdn --keep-folds runs/cv_kept   # a run cut short resumes at its next fold
-    python3 benchmarks/cv.py --rows shipped,dense --dense 'runs/cv_dense/fold{k}' \
-                             --out benchmarks/results/cv_dense.json
+    python3 benchmarks/cv.py --rows shipped,dense --dense 'runs/cv_dense/fold{k}' --out benchmarks/results/cv_dense.json
     python3 benchmarks/cv.py --rows shipped,dense,dense_crossfit --dense 'runs/cv_dense/fold{k}' \
                              --dense-crossfit 'runs/cv_dense_cf/fold{k}' --out benchmarks/results/cv_dense_cf.json
 
@@ -56,7 +54,8 @@ Rows that change only the ranker's options, also on the shared candidates (not r
 - ``novel_2``, ``novel_4``  the pair scorer's rows of a training mention whose gold term its K-fold history
                      never coded weigh 2 or 4 (``GBMOptions.novel_weight``); ``dense_novel_2``, ``dense_novel_4``
                      the same with the dense row's bi-encoder (that row's candidates);
-- ``part_context``   per-part context features in the pair scorer (``--part-context``, termnorm.rank.parts).
+- ``part_context``   per-part context features in the pair scorer (``--part-context``, termnorm.rank.parts);
+- ``name``           a history-free pair scorer's out-of-fold probability as one more score (termnorm.rank.name).
 
 Rows that change what the candidates carry refit those per outer fold too
 (one more ``ranker_training_data`` each, about as long as the fold's first):
@@ -142,6 +141,7 @@ ROWS = {
     "novel_2": dict(novel_weight=2.0),
     "novel_4": dict(novel_weight=4.0),
     "part_context": dict(part_context=True),
+    "name": dict(name_scorer=True),
     "dense_novel_2": dict(dense="dense", novel_weight=2.0),
     "dense_novel_4": dict(dense="dense", novel_weight=4.0),
 }

@@ -49,6 +49,9 @@ def _add_data_args(p, need_train=False):
     p.add_argument("--part-context", action="store_true",
                    help="give the pair scorer per-part context features: each candidate against the best "
                         "candidates of the mention part it names (termnorm.rank.parts; off by default)")
+    p.add_argument("--name-scorer", action="store_true",
+                   help="give the ranker one more score, 'name': a pair scorer fitted without coded history, "
+                        "out of fold (termnorm.rank.name; off by default)")
     p.add_argument("--seed", type=int, default=0,
                    help="random seed of the ranker fit (history folds, held-out split, GBM state)")
 
@@ -56,7 +59,7 @@ def _add_data_args(p, need_train=False):
 def _ranker_options(args) -> dict:
     """The GBM ranker's own options of ``termnorm train lexical`` / ``termnorm evaluate``."""
     return dict(ensemble=args.ensemble, context_features=not args.no_context_features,
-                part_count=not args.no_part_count, part_context=args.part_context)
+                part_count=not args.no_part_count, part_context=args.part_context, name_scorer=args.name_scorer)
 
 
 def _history_extras(text: str) -> tuple[str, ...]:

@@ -111,6 +111,7 @@ class Engine:
         # per-term text classifier over the coded mentions (termnorm.rank.termclf), score key "clf"
         self.term_classifier = None
         self.prior = None  # termnorm.rank.prior: the cold-start ranker's score as an input (use_prior)
+        self.name_scorer = None  # termnorm.rank.name: a history-free pair scorer, score "name" (fitted with the ranker)
         self.meta: dict = {}
         # abbreviations added at run time (the demo list, coders' ones): vocabulary search only -- the recall
         # union keeps the keyword folder's table, since its "_abbr" keys are features of a fitted ranker
@@ -196,6 +197,8 @@ class Engine:
         self._kar_scores(mentions, cands)
         self._prior_scores(mentions, cands)
         self._category_scores(cands)
+        if getattr(self, "name_scorer", None) is not None:  # getattr: engines pickled before it existed
+            self.name_scorer.annotate(mentions, cands, [self._n_parts(m) for m in mentions])
         return cands
 
     def _prior_scores(self, mentions, cand_lists) -> None:

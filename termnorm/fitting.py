@@ -44,6 +44,8 @@ class GBMOptions:
     # weight of the pair-scorer rows of a training mention whose gold term its K-fold history never coded (the
     # never-coded terms are a few percent of the rows and the GBM learns to prefer coded terms)
     novel_weight: float = 1.0
+    # a history-free pair scorer's out-of-fold probability as one more score, "name" (termnorm.rank.name)
+    name_scorer: bool = False
 
 
 def fit_lexical(engine: Engine, train: list[LabelledMention], folds: int = 4, progress: bool = False,
@@ -70,8 +72,9 @@ def fit_lexical(engine: Engine, train: list[LabelledMention], folds: int = 4, pr
                    keyword_features=gbm.keyword_features, surface_diff=surface_diff, bag=bag,
                    term_classifier=term_classifier, ensemble=engine.meta["ranker_ensemble"],
                    context_features=gbm.context_features, part_count=gbm.part_count, split=engine.split)
-    if gbm.part_context:  # only when on: the versions of the fits before the option stay as they were
-        options["part_context"] = True
+    for opt in ("part_context", "name_scorer"):  # only when on: the versions of earlier fits stay as they were
+        if getattr(gbm, opt):
+            options[opt] = True
     train_sha = hash_mentions(train)
     digest = hashlib.sha256((train_sha + json.dumps(options, sort_keys=True)).encode())
     engine.model_version = "lexical-gbm-" + digest.hexdigest()[:8]
@@ -124,14 +127,19 @@ def _fold_familiarity(train: list[LabelledMention], fold_of, order: list[int]) -
 def fit_ranker(engine: Engine, splits: list[tuple], seed: int = 0, rule_metric: str = "accuracy",
                keyword_features: bool = True, ensemble: int | None = None, context_features: bool = True,
                part_count: bool = True, progress: bool = False, novel_weight: float = 1.0,
-               part_context: bool = False) -> dict:
+               part_context: bool = False, name_scorer: bool = False) -> dict:
     """:meth:`termnorm.engine.Engine.fit_ranker`."""
     from termnorm.gbm_ranker import ENSEMBLE, LexicalRanker, PairFeaturizer
+    from termnorm.rank.name import with_name_scores
 
     ensemble = ENSEMBLE if ensemble is None else int(ensemble)
     if ensemble < 1:
         raise ValueError(f"ensemble must be at least 1, not {ensemble}")
     ranker_kw = dict(ensemble=ensemble, count_parts=part_count)
+    engine.name_scorer = None
+    if name_scorer:
+        named = [with_name_scores(sp, engine.tagger, keyword_features, seed + r) for r, sp in enumerate(splits)]
+        splits, engine.name_scorer = [sp for sp, _ in named], named[0][1]
     keys = sorted({k for sp in splits for cl in sp[1] for c in cl for k in c.scores})
     feat = PairFeaturizer(keys, tagger=engine.tagger, keywords=keyword_features, context=context_features,
                           part_context=part_context)
@@ -150,7 +158,7 @@ def fit_ranker(engine: Engine, splits: list[tuple], seed: int = 0, rule_metric: 
             engine.lexranker = LexicalRanker.bagged(members)
     engine.meta.update(score_keys=keys, ranker_bag=len(splits), ranker_ensemble=ensemble,
                        context_features=bool(context_features), part_count=bool(part_count),
-                       part_context=bool(part_context),
+                       part_context=bool(part_context), name_scorer=bool(name_scorer),
                        novel_weight=float(novel_weight),
                        fit_seconds=round(time.perf_counter() - t0, 2))
     return engine.meta

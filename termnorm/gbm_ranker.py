@@ -57,7 +57,7 @@ COLUMN_SHARE = 0.7
 #: history score of 0.6 on an unfamiliar mention (trust the lexical match) from one on a mention whose
 #: best coded neighbour scores 0.95. Measured by 5-fold cross-validation over Yidu-N7K train + val
 #: (``benchmarks/cv.py``, row ``no_context``): see the README.
-CONTEXT_KEYS = ("history", "history_jaccard", "tfidf", "jaccard", "clf", "diff")
+CONTEXT_KEYS = ("history", "history_jaccard", "tfidf", "jaccard", "clf", "diff", "name")
 
 
 class PairFeaturizer:

@@ -21,6 +21,9 @@ def export_ranker(engine: Engine, path) -> Path:
 
     if engine.lexranker is None:
         raise ValueError("no fitted ranker to export (fit_lexical first)")
+    if getattr(engine, "name_scorer", None) is not None:
+        raise ValueError("a ranker fitted with the name scorer needs it and cannot be exported alone: refit "
+                         "without --name-scorer")
     r = engine.lexranker
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -48,7 +51,7 @@ def save(engine: Engine, folder) -> Path:
                  "keyword_dir": str(engine.keyword_dir) if engine.keyword_dir else None,
                  "recall_profile": engine.recall_profile, "max_candidates": engine.max_candidates,
                  "diff_scorer": engine.diff_scorer, "term_classifier": engine.term_classifier,
-                 "prior": getattr(engine, "prior", None),
+                 "prior": getattr(engine, "prior", None), "name_scorer": getattr(engine, "name_scorer", None),
                  "added_abbreviations": list(engine.added_abbreviations)},
                 folder / "pipeline.joblib", compress=3)
     config = {"format": "termnorm-pipeline/1", "model_version": engine.model_version,
@@ -109,6 +112,9 @@ def load(cls: type[Engine], folder) -> Engine:
     eng.prior = state.get("prior")
     if eng.prior is not None:
         eng.prior.set_tagger(eng.tagger)
+    eng.name_scorer = state.get("name_scorer")
+    if eng.name_scorer is not None:
+        eng.name_scorer.set_tagger(eng.tagger)
     eng.add_abbreviations(state.get("added_abbreviations", ()))
     eng.meta = config
     return eng

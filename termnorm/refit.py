@@ -174,6 +174,7 @@ def fit_with_pairs(engine, train: list[LabelledMention], confirmed_negatives: di
     """
     from termnorm.fitting import fit_confidence, hash_mentions as _hash_mentions
     from termnorm.gbm_ranker import ENSEMBLE, LexicalRanker, PairFeaturizer
+    from termnorm.rank.name import with_name_scores
 
     say = progress or (lambda f, m: None)
     confirmed_negatives = confirmed_negatives or {}
@@ -192,6 +193,10 @@ def fit_with_pairs(engine, train: list[LabelledMention], confirmed_negatives: di
     engine.fit_surface(texts, cand_lists, golds, enabled=engine.meta.get("surface_diff", True))
     engine.fit_term_classifier(pos, enabled=engine.meta.get("term_classifier", True))
     n_parts = [engine._n_parts(t) for t in texts]
+    engine.name_scorer = None  # the engine's setting carries over (termnorm.rank.name): refitted, out of fold
+    if engine.meta.get("name_scorer"):
+        (_, cand_lists, *_), engine.name_scorer = with_name_scores((texts, cand_lists, golds, n_parts),
+                                                                   engine.tagger, True, seed)
     t_recall = time.perf_counter() - t0
 
     cur_rank = getattr(current, "lexranker", None)
@@ -266,7 +271,7 @@ def fit_with_pairs(engine, train: list[LabelledMention], confirmed_negatives: di
                   fit_seconds=round(time.perf_counter() - t1, 2))
     engine.meta.update(train_size=len(pos), train_sha256=_hash_mentions(pos), score_keys=keys, ranker_bag=1,
                        ranker_ensemble=ranker_kw["ensemble"], context_features=feat.context,
-                       part_context=feat.part_context,
+                       part_context=feat.part_context, name_scorer=engine.name_scorer is not None,
                        part_count=ranker_kw["count_parts"],
                        fit_seconds=report["fit_seconds"], learning_loop=report)
     say(1.0, "fitted")
