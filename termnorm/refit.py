@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from termnorm import reading
 from termnorm.records import LabelledMention
 from termnorm.text.normalize import normalize
 
@@ -178,8 +179,10 @@ def fit_with_pairs(engine, train: list[LabelledMention], confirmed_negatives: di
 
     say = progress or (lambda f, m: None)
     confirmed_negatives = confirmed_negatives or {}
-    pos = [m for m in train if m.terms]
-    known = {normalize(m.text) for m in pos}
+    # read in their documents, as serving reads a mention (termnorm.reading); what the coder saw keys the
+    # confirmed negatives and the held-out texts
+    pos = reading.read_labelled(engine, [m for m in train if m.terms])
+    known = {normalize(m.written or m.text) for m in pos}
     reject_only = [LabelledMention(t, []) for t in confirmed_negatives if normalize(t) not in known]
     items = pos + reject_only
     if len(pos) < MIN_TRAIN:
@@ -188,6 +191,7 @@ def fit_with_pairs(engine, train: list[LabelledMention], confirmed_negatives: di
     say(0.0, f"recall candidates for {len(items)} training mentions ({folds} folds)")
     cand_lists, hcounts = _kfold_candidates(engine, items, folds, seed)
     texts = [m.text for m in items]
+    written = [m.written or m.text for m in items]
     golds = [list(m.terms) for m in items]
     say(0.4, "fitting the surface-difference scorer")
     engine.fit_surface(texts, cand_lists, golds, enabled=engine.meta.get("surface_diff", True))
@@ -204,7 +208,7 @@ def fit_with_pairs(engine, train: list[LabelledMention], confirmed_negatives: di
         say(0.45, "scoring candidates with the current model (mining, E-FN)")
         cur_scores = cur_rank.score(texts, cand_lists, n_parts)
         if heldout_texts is not None:
-            heldout = [normalize(t) in heldout_texts for t in texts]
+            heldout = [normalize(t) in heldout_texts for t in written]
         else:
             seen = {normalize(m.text) for m in getattr(current, "history", [])}
             heldout = [normalize(t) not in seen for t in texts]
@@ -219,7 +223,7 @@ def fit_with_pairs(engine, train: list[LabelledMention], confirmed_negatives: di
     weights = []
     for i, (cands, gold) in enumerate(zip(cand_lists, golds)):
         g = set(gold)
-        neg = norm_neg.get(normalize(texts[i]), set())
+        neg = norm_neg.get(normalize(written[i]), set())
         w = np.ones(len(cands))
         top = set()
         if cur_scores is not None and len(cands):

@@ -190,3 +190,24 @@ def test_a_decision_on_a_reading_does_not_replace_one_on_the_mention_as_written(
     fresh.add_coded_mention("Fish-eye disease", ["Familial amyloid polyneuropathy"], written="FED")
     fresh.add_coded_mention("Fish-eye disease", ["Fish-eye disease"], written="FED")  # readings: the latest
     assert fresh._sieve["fish-eye disease"] == ["Fish-eye disease"]
+
+
+def test_the_learning_loop_refit_reads_its_mentions_in_their_documents():
+    """db.retrain's refit (termnorm.refit.fit_with_pairs) trains on mentions as serving reads them: "HNPCC" in
+    an abstract that defines it is learnt as "hereditary nonpolyposis colorectal cancer", and a coder's
+    rejection of a candidate for "HNPCC" (keyed by the text the coder saw) still reaches that mention."""
+    from termnorm.fitting import hash_mentions
+    from termnorm.refit import fit_with_pairs
+
+    medic = load_vocabulary(need(DATA / "ncbi-disease" / "medic_06Jul2012.txt"))
+    dev = load_labelled(need(DATA / "ncbi-disease" / "NCBIdevelopset_corpus.txt"), medic).mentions[:150]
+    hnpcc = next(m for m in dev if m.text == "HNPCC")
+    eng = Engine(medic, history=dev, keyword_dir=None)
+    [sug] = eng.suggest_batch(["HNPCC"], documents=[hnpcc.document])
+    assert sug.spelled_out == "hereditary nonpolyposis colorectal cancer"
+    wrong = next(c.term for c in sug.candidates if c.term not in hnpcc.terms)
+    report = fit_with_pairs(eng, dev, {"HNPCC": [wrong]})
+    assert eng.meta["train_sha256"] == hash_mentions(reading.read_labelled(eng, dev))
+    assert eng.meta["train_sha256"] != hash_mentions(dev)  # some of these 150 are read differently
+    # the rejection lands on the read mention: no mention of its own, and the rejected term is a training row
+    assert report["reject_only_mentions"] == 0 and report["confirmed_negatives_used"] >= 1
