@@ -98,6 +98,20 @@ def decisions(url: str) -> list[dict]:
         return services.decisions_frame(s, history=True).to_dict(orient="records")
 
 
+def quiet(pg, url: str) -> None:
+    """Until a burst of keys has had all its effect: settled, and one second later still the same mention on
+    screen and the same decisions. Seen once in a CI clone run: the burst's last press (mention 6 on screen,
+    a legitimate accept) was processed after the page had looked idle for half a second, so the test took
+    mention 6 for undecided and then found its accept after Clear + Save."""
+    for _ in range(10):
+        settle(pg)
+        before = (on_screen(pg), len(decisions(url)))
+        pg.wait_for_timeout(1000)
+        settle(pg)
+        if (on_screen(pg), len(decisions(url))) == before:
+            return
+
+
 def shot(pg, tmp_path: Path, name: str) -> None:
     path = tmp_path / name
     pg.screenshot(path=str(path), full_page=True)
@@ -116,7 +130,7 @@ def test_late_clicks_and_keys_never_decide_another_mention(app, page, tmp_path):
         for _ in range(6):
             page.keyboard.press("a")
             page.wait_for_timeout(60)
-        settle(page)
+        quiet(page, app["url"])
     rows = decisions(app["url"])
     per_mention = {}
     for r in rows:
