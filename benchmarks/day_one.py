@@ -7,6 +7,12 @@ mention is on day one a mention of a never-coded term. Exact-set accuracy and mi
 go to ``benchmarks/results/day_one.json``. Issue 26's day-one measurement: what vocabulary-side learning
 must raise.
 
+Per row also the accuracy by familiarity (termnorm.evaluate.accuracy_by_familiarity): the buckets the full
+pipeline is measured in, by how often the set's *training* file codes the mention's rarest gold term (the
+day-one engine never reads that file). It says how the day-one engine, which knows no coded history, does on
+the mentions the full pipeline finds hardest: on Yidu-N7K val's never-coded bucket it beats the pipeline (0.598,
+``termnorm evaluate``; docs/benchmarks.md, "Name scorer").
+
     python3 benchmarks/day_one.py                 # Yidu-N7K val and CHIP-CDN dev (a few minutes)
 """
 
@@ -25,6 +31,8 @@ from benchmarks._results import write_json  # noqa: E402
 #: (vocabulary file, held-out file) per set
 SETS = {"yidu": ("yidu-n7k/code.txt", "yidu-n7k/val.xlsx"),
         "cdn": ("chip-cdn/icd10_beijing_clinical_v601.xlsx", "chip-cdn/dev.json")}
+#: each set's training file: only its gold terms are read, for the familiarity buckets
+TRAIN = {"yidu": "yidu-n7k/train.xlsx", "cdn": "chip-cdn/train.json"}
 
 
 def main(argv=None) -> int:
@@ -33,9 +41,9 @@ def main(argv=None) -> int:
     ap.add_argument("--sets", default="yidu,cdn")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "day_one.json"))
     args = ap.parse_args(argv)
-    from benchmarks.learning_curve import measure
     from db.serving import shipped_engine
     from termnorm.engine import Engine
+    from termnorm.evaluate import accuracy_by_familiarity, evaluate_predictions
     from termnorm.loaders import load_labelled, load_vocabulary
 
     data, out = Path(args.data), {}
@@ -46,15 +54,22 @@ def main(argv=None) -> int:
         held = [m for m in load_labelled(data / held_file, vocab).mentions
                 if m.terms and all(t in vocab for t in m.terms)]
         res = {"vocabulary_names": len(vocab), "mentions": len(held)}
+        coded = [m.terms for m in load_labelled(data / TRAIN[name], vocab).mentions]
         rows = (("recall_order", lambda: Engine(vocab)), ("shipped_cold_start", lambda: shipped_engine(vocab, [])))
         for row, build in rows:
             t0 = time.perf_counter()
             eng = build()
-            got = measure(eng, held)
-            res[row] = {**{k: round(v, 4) for k, v in got.items()}, "model": eng.model_version,
-                        "seconds": round(time.perf_counter() - t0, 1)}
+            chosen = [s.chosen for s in eng.suggest_batch([m.text for m in held])]
+            gold = [m.terms for m in held]
+            got = evaluate_predictions(gold, chosen, None)
+            fam = accuracy_by_familiarity(coded, gold, chosen)
+            res[row] = {"accuracy": round(float(got["accuracy"]), 4), "micro_f1": round(float(got["micro_f1"]), 4),
+                        "by_familiarity": {b: {"n": v["n"], "accuracy": None if v["accuracy"] is None
+                                               else round(v["accuracy"], 4)} for b, v in fam.items()},
+                        "model": eng.model_version, "seconds": round(time.perf_counter() - t0, 1)}
+            buckets = " ".join(f"{b} {v['accuracy']:.3f} (n={v['n']})" for b, v in fam.items() if v["n"])
             print(f"{name} {row:20s} accuracy {got['accuracy']:.4f} micro-F1 {got['micro_f1']:.4f} "
-                  f"({res[row]['seconds']} s)", flush=True)
+                  f"({res[row]['seconds']} s); by familiarity {buckets}", flush=True)
         out[name] = res
     write_json(Path(args.out), {"command": "python3 benchmarks/day_one.py " + " ".join(argv or sys.argv[1:]),
                                 "results": out})
