@@ -300,7 +300,11 @@ def scroll_to_top_html(mention_id: int) -> str:
             " const m = w.document.querySelector('[data-testid=\"stMain\"]'); if (m) m.scrollTo(0, 0); }</script>")
 
 
-def document_html(document: str, marks: list[str], limit: int = 4000, focus: str | None = None) -> str:
+#: characters of a long document shown around the mention at first (the coding page offers the whole of it)
+DOCUMENT_WINDOW = 4000
+
+
+def document_html(document: str, marks: list[str], limit: int = DOCUMENT_WINDOW, focus: str | None = None) -> str:
     """The text a mention was found in, escaped, with ``marks`` (the mention, the definitions it uses) in
     ``<mark>`` (a Latin mark only as a whole word: AF is not marked inside PAF). A longer document is shown as
     the ``limit`` characters around ``focus`` (the definition: it may sit deep in a long note), else around the

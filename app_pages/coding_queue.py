@@ -259,7 +259,10 @@ if spelled != text:
 if document:
     with st.expander(f"The document mention #{current['position']} was found in"):  # closed for each mention
         marks = [text, *(x for pair in used for x in pair)]
-        _ui.markup(_markup.document_html(document, marks, focus=used[0][1] if used else None))
+        whole = len(document) > _markup.DOCUMENT_WINDOW and st.toggle(
+            f"Show the whole document ({len(document):,} characters)", key=f"whole_doc_{mid}")
+        _ui.markup(_markup.document_html(document, marks, limit=len(document) if whole else _markup.DOCUMENT_WINDOW,
+                                         focus=used[0][1] if used else None))
 _ui.markup(_ui.legend_html())
 
 # ---------------------------------------------------------------- what the engine proposes

@@ -440,6 +440,26 @@ def test_a_mention_is_read_in_the_note_it_came_from(db_url):
     assert not [m for m in at.markdown if "tn-spelled-out" in m.value or "tn-document" in m.value]
 
 
+def test_a_long_note_is_shown_around_the_mention_and_whole_on_request(db_url):
+    """A note longer than the window (app_pages._markup.DOCUMENT_WINDOW) opens around the definition the
+    mention uses; one switch shows all of it, which a coder needs to read what comes before and after."""
+    start()
+    note = "主诉：" + "反复心悸。" * 1000 + "既往诊断为阵发性心房颤动（PAF）。" + "出院医嘱：" + "按时服药。" * 600
+    with services.session_scope(db_url) as s:
+        vid = services.vocabulary_id(s, "demo-diagnoses")
+        bid = services.create_batch(s, "long note", vid, [LabelledMention("PAF", [], 1, document=note)])
+    at = start(batch=bid)
+    mid = current_id(at)
+    doc = lambda: "".join(m.value for m in at.markdown if "tn-document" in m.value)  # noqa: E731
+    assert "characters before" in doc() and "more characters" in doc() and "<mark>PAF</mark>" in doc()
+    assert doc().count("反复心悸") < 1000
+    at.toggle(key=f"whole_doc_{mid}").set_value(True)
+    rerun(at)
+    assert "characters before" not in doc() and "more characters" not in doc()
+    assert doc().count("反复心悸") == 1000 and doc().count("按时服药") == 600 and "<mark>PAF</mark>" in doc()
+    assert f"({len(note):,} characters)" in at.toggle(key=f"whole_doc_{mid}").label
+
+
 def _evidence_of(at, term: str) -> str:
     """The evidence line under ``term`` in the page's candidate table."""
     import re
