@@ -3,7 +3,7 @@
 Why: on mentions whose gold term no coder has used, the GBM ranker (which weighs history recall, the sieve and
 the term classifier) prefers a coded neighbour. The cold-start ranker (fitted without history) is right more
 often on exactly those mentions: on Yidu-N7K val's 117 never-coded mentions 0.675 against the pipeline's 0.598
-(12 right only with it, 3 only with the pipeline), but far worse on coded ones. This scorer learns the same
+(``benchmarks/day_one.py``), but far worse on coded ones. This scorer learns the same
 thing -- how a mention's wording matches a term's *name* -- from every training mention, not only from the few
 whose term is never coded, and the GBM ranker gets its probability (with its list context: best and gap) as
 one more score, so it can trust it where history is silent. Stacking (Wolpert 1992): the training mentions get
@@ -11,6 +11,9 @@ out-of-fold scores, so the ranker learns how far the scorer is right on mentions
 
 Input: the ranker's training candidates (K-fold recall, surface-difference scores already out-of-fold).
 Features: termnorm.gbm_ranker.PairFeaturizer over the score keys that do not come from coded mentions.
+
+Measured (``benchmarks/cv.py`` row ``name``): level with the shipped ranker on Yidu-N7K, CHIP-CDN and NCBI, the
+never-coded bucket included, so it is off by default (``--name-scorer``; docs/benchmarks.md, "Name scorer").
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ FOLDS = 4
 
 
 def name_keys(keys) -> list[str]:
+    """The score keys the name scorer reads: those not learned from coded mentions (:data:`HISTORY_PREFIXES`)."""
     return sorted(k for k in keys if not k.startswith(HISTORY_PREFIXES))
 
 
