@@ -101,7 +101,8 @@ def without_history(engine, texts: set[str]):
 
 
 def evaluate_on_gold(engine, gold: list[LabelledMention], k: int = 50, progress=None) -> tuple[dict, list[dict]]:
-    """Full-pipeline metrics on ``gold`` (termnorm.evaluate) and one prediction record per mention.
+    """Full-pipeline metrics on ``gold`` (termnorm.evaluate) and one prediction record per mention, each mention
+    read in its document as the coding page reads it.
 
     Metrics carry ``n`` and ``gold_sha256`` so the gate compares like with like.
     """
@@ -110,11 +111,13 @@ def evaluate_on_gold(engine, gold: list[LabelledMention], k: int = 50, progress=
 
     if not gold:
         return {"n": 0, "gold_sha256": gold_sha256([])}, []
-    texts = {normalize(m.text) for m in gold}
+    # read in their notes, as the coding page reads them; a history mention is stored as read, so either form leaks
+    documents = [m.document for m in gold]
+    texts = {normalize(t) for m, d in zip(gold, documents) for t in (m.text, reading.in_document(engine, m.text, d))}
     if any(normalize(m.text) in texts for m in engine.history):
         engine = without_history(engine, texts)
     t0 = time.perf_counter()
-    sugs = engine.suggest_batch([m.text for m in gold], k=k, progress=progress)
+    sugs = engine.suggest_batch([m.text for m in gold], k=k, progress=progress, documents=documents)
     secs = time.perf_counter() - t0
     golds = [m.terms for m in gold]
     metrics = evaluate_predictions(golds, [s.chosen for s in sugs], [[c.term for c in s.candidates] for s in sugs],
