@@ -28,6 +28,15 @@ def one_torch_thread():
     torch.set_num_threads(n)
 
 
+@pytest.fixture(scope="module")
+def demo():
+    """The demo procedures vocabulary and the demo mentions whose terms it holds: ``(vocabulary, mentions)``."""
+    from termnorm.engine import demo_mentions, demo_vocabulary
+
+    vocab = demo_vocabulary("procedures")
+    return vocab, [m for m in demo_mentions("procedures") if all(t in vocab for t in m.terms)]
+
+
 @pytest.fixture(autouse=True)
 def private_data_dir(monkeypatch, tmp_path_factory):
     """Every run-time folder (database, model registry, jobs; termnorm.settings) in a temporary data directory:

@@ -5,14 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from termnorm.engine import Engine, demo_mentions, demo_vocabulary, evaluate_engine
-
-
-@pytest.fixture(scope="module")
-def demo():
-    vocab = demo_vocabulary("procedures")
-    mentions = [m for m in demo_mentions("procedures") if all(t in vocab for t in m.terms)]
-    return vocab, mentions
+from termnorm.engine import Engine, evaluate_engine
 
 
 def test_lexical_ranker_beats_recall_order(demo):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from termnorm.engine import Engine, demo_mentions, demo_vocabulary
+from termnorm.engine import Engine
 from termnorm.gbm_ranker import (CONTEXT_KEYS, ENSEMBLE, N_PART_FEATURES, PairFeaturizer, SubspaceEnsemble,
                               count_features, part_features)
 from termnorm.records import Candidate
@@ -14,13 +14,6 @@ from termnorm.text.split import split_mention
 
 def cand(tid: int, term: str, **scores) -> Candidate:
     return Candidate(tid, term, 0.0, dict(scores), [])
-
-
-@pytest.fixture(scope="module")
-def demo():
-    vocab = demo_vocabulary("procedures")
-    mentions = [m for m in demo_mentions("procedures") if all(t in vocab for t in m.terms)]
-    return vocab, mentions
 
 
 def test_context_features_are_the_list_best_and_the_gap_to_it():

@@ -5,15 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from termnorm.engine import Engine, demo_mentions, demo_vocabulary
+from termnorm.engine import Engine
 from termnorm.rank.name import KEY, NameScorer, name_keys, with_name_scores
-
-
-@pytest.fixture(scope="module")
-def demo():
-    vocab = demo_vocabulary("procedures")
-    mentions = [m for m in demo_mentions("procedures") if all(t in vocab for t in m.terms)]
-    return vocab, mentions
 
 
 def test_the_name_scorer_reads_only_scores_that_no_coded_mention_taught():

@@ -4,9 +4,8 @@ and its place in the engine (score key "diff", saved with the pipeline, its abla
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
-from termnorm.engine import Engine, demo_mentions, demo_vocabulary
+from termnorm.engine import Engine, demo_vocabulary
 from termnorm.rank.surface import SurfaceDiffScorer
 from termnorm.records import Candidate
 
@@ -77,13 +76,6 @@ def test_unlabelled_mentions_are_scored_but_not_learned():
     assert scorer.fit_out_of_fold([], [], []) == []
     nothing = SurfaceDiffScorer().fit_out_of_fold(["a"], [cands("b")], [[]])
     assert nothing[0].tolist() == [0.0]
-
-
-@pytest.fixture(scope="module")
-def demo():
-    vocab = demo_vocabulary("procedures")
-    mentions = [m for m in demo_mentions("procedures") if all(t in vocab for t in m.terms)]
-    return vocab, mentions
 
 
 def test_engine_fits_it_uses_it_saves_it(demo, tmp_path):

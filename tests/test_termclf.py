@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from termnorm.engine import Engine, demo_mentions, demo_vocabulary
+from termnorm.engine import Engine
 from termnorm.rank.termclf import TermClassifier
 from termnorm.records import Candidate, LabelledMention
 from termnorm.vocabulary import Vocabulary
@@ -67,12 +67,6 @@ def test_too_little_to_learn_from_leaves_candidates_alone(vocab):
 
 
 # ------------------------------------------------------------------ in the engine
-@pytest.fixture(scope="module")
-def demo():
-    v = demo_vocabulary("procedures")
-    return v, [m for m in demo_mentions("procedures") if all(t in v for t in m.terms)]
-
-
 def test_kfold_candidates_get_out_of_fold_scores(demo):
     """A training mention's own label never scores its candidates: a term only it names scores 0."""
     vocab, mentions = demo
