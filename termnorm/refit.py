@@ -97,7 +97,8 @@ def without_history(engine, texts: set[str]):
     profile); only history recall and the sieve are rebuilt. Used so a gold mention that was coded
     earlier is not answered from memory when the gate measures the model.
     """
-    return engine.with_history([m for m in engine.history if normalize(m.text) not in texts])
+    # as coded: a history mention is stored as read in its note (termnorm.reading), ``written`` keeps what was coded
+    return engine.with_history([m for m in engine.history if normalize(m.written or m.text) not in texts])
 
 
 def evaluate_on_gold(engine, gold: list[LabelledMention], k: int = 50, progress=None) -> tuple[dict, list[dict]]:
@@ -111,13 +112,12 @@ def evaluate_on_gold(engine, gold: list[LabelledMention], k: int = 50, progress=
 
     if not gold:
         return {"n": 0, "gold_sha256": gold_sha256([])}, []
-    # read in their notes, as the coding page reads them; a history mention is stored as read, so either form leaks
-    documents = [m.document for m in gold]
-    texts = {normalize(t) for m, d in zip(gold, documents) for t in (m.text, reading.in_document(engine, m.text, d))}
-    if any(normalize(m.text) in texts for m in engine.history):
+    texts = {normalize(m.text) for m in gold}
+    if any(normalize(m.written or m.text) in texts for m in engine.history):
         engine = without_history(engine, texts)
     t0 = time.perf_counter()
-    sugs = engine.suggest_batch([m.text for m in gold], k=k, progress=progress, documents=documents)
+    # read in their notes, as the coding page reads them
+    sugs = engine.suggest_batch([m.text for m in gold], k=k, progress=progress, documents=[m.document for m in gold])
     secs = time.perf_counter() - t0
     golds = [m.terms for m in gold]
     metrics = evaluate_predictions(golds, [s.chosen for s in sugs], [[c.term for c in s.candidates] for s in sugs],

@@ -211,3 +211,16 @@ def test_the_learning_loop_refit_reads_its_mentions_in_their_documents():
     assert eng.meta["train_sha256"] != hash_mentions(dev)  # some of these 150 are read differently
     # the rejection lands on the read mention: no mention of its own, and the rejected term is a training row
     assert report["reject_only_mentions"] == 0 and report["confirmed_negatives_used"] >= 1
+
+
+def test_the_gate_forgets_a_held_out_mention_coded_earlier_even_when_it_was_stored_as_read():
+    """termnorm.refit.without_history: "FED" coded in its abstract is stored read as "Fish-eye disease"; held
+    out as "FED", it must leave the history, and a mention coders wrote out in full must stay."""
+    from termnorm.refit import without_history
+    from termnorm.text.normalize import normalize
+
+    eng = _tiny_engine([LabelledMention("FED", ["Fish-eye disease"], document=DOC),
+                        LabelledMention("fish-eye disease", ["Fish-eye disease"])])
+    assert [(m.text, m.written) for m in eng.history] == [("Fish-eye disease", "FED"), ("fish-eye disease", "")]
+    kept = without_history(eng, {normalize("FED")})
+    assert [(m.text, m.written) for m in kept.history] == [("fish-eye disease", "")]
