@@ -32,11 +32,15 @@ PRECODED_COLUMNS = ("chosen_terms", "predicted_count", "confidence", "model_vers
 STORE_CHUNK = 2000  # suggestions per insert (one transaction for the whole import)
 
 
-def is_precoded(path) -> bool:
+#: optional: how the pre-computing engine read the mention (abbreviations spelled out); older files lack it
+READING_COLUMN = "spelled_out"
+
+
+def is_precoded(path, columns=PRECODED_COLUMNS) -> bool:
     """Whether the file's header (JSON lines: its first object) has the columns ``termnorm normalize --output``
-    writes."""
+    writes (or ``columns``)."""
     try:
-        next(read_rows(path, "mention", list(PRECODED_COLUMNS)), None)
+        next(read_rows(path, "mention", list(columns)), None)
     except Exception:
         return False
     return True
@@ -55,7 +59,8 @@ def import_precoded(s: Session, path, batch_name: str, vocabulary_id: int, usern
     first: dict[str, tuple[int, dict]] = {}
     rows_of: dict[str, int] = {}
     try:
-        for r in read_rows(path, "mention", ["mention_rows", *PRECODED_COLUMNS]):
+        reading = [READING_COLUMN] if is_precoded(path, [READING_COLUMN]) else []
+        for r in read_rows(path, "mention", ["mention_rows", *PRECODED_COLUMNS, *reading]):
             report.n_read += 1
             problem = r.problem or dbio.validate_mention(r.mention)
             if problem:
@@ -147,4 +152,6 @@ def _suggestion(text: str, cells: dict, terms: dict) -> tuple[Suggestion | None,
              "(pre-coded against another vocabulary or edition?)"] if lacking else []
     count = _int(cells.get("predicted_count")) or len(chosen)
     version = PRECODED + (cells.get("model_version") or "unknown")
-    return Suggestion(text, cands, count, chosen, confidence, [], version), notes
+    read = (cells.get(READING_COLUMN) or "").strip()  # how the pre-computing engine read it (termnorm.batch)
+    return Suggestion(text, cands, count, chosen, confidence, [], version,
+                      spelled_out=read if read != text else ""), notes

@@ -23,11 +23,13 @@ from db.models import (
 
 # ================================================================ reporting / export
 # new columns go last, so readers by position keep working: ``source_row``, the mention's row in the file it
-# was imported from (a data team's key back to its rows); ``document``, the note or abstract it was read in
+# was imported from (a data team's key back to its rows); ``document``, the note or abstract it was read in;
+# ``read_as``, the mention as the engine read it for the suggestion the decision answered ("" if as written)
 DECISION_COLUMNS = ["decision_id", "batch_id", "batch", "vocabulary", "mention_id", "position", "mention", "action",
                     "terms", "codes", "term_ids", "code_system", "edition", "relationship", "review_status",
                     "reviewed_by", "reviewed_at", "review_note", "user", "at", "seconds", "comment",
-                    "model_version", "suggested", "confidence", "gold_terms", "is_latest", "source_row", "document"]
+                    "model_version", "suggested", "confidence", "gold_terms", "is_latest", "source_row", "document",
+                    "read_as"]
 
 
 def code_system(name: str, system_uri: str = "") -> str:
@@ -44,11 +46,12 @@ def decisions_frame(s: Session, batch_id: int | None = None, history: bool = Fal
     ``gold_terms`` are lists; ``code_system`` and ``edition`` (the edition's
     label, else its number) say where the codes come from; ``relationship`` and
     ``review_status`` are the mapping's; ``confidence`` / ``suggested`` are
-    those of the suggestion the decision answered.
+    those of the suggestion the decision answered, and so is ``read_as``: the mention as the engine read it
+    (abbreviations spelled out; "" when read as written or answered without a suggestion).
     """
     reviewer = aliased(User)
     q = (select(Decision, Mention, Batch.name, VocabularyRow.id, VocabularyRow.name, VocabularyRow.system_uri,
-                User.username, reviewer.username, SuggestionRow.chosen, SuggestionRow.confidence)
+                User.username, reviewer.username, SuggestionRow.chosen, SuggestionRow.confidence, SuggestionRow.read_as)
          .join(Mention, Mention.id == Decision.mention_id).join(Batch, Batch.id == Mention.batch_id)
          .join(VocabularyRow, VocabularyRow.id == Batch.vocabulary_id).join(User, User.id == Decision.user_id)
          .outerjoin(reviewer, reviewer.id == Decision.reviewed_by_id)
@@ -62,14 +65,14 @@ def decisions_frame(s: Session, batch_id: int | None = None, history: bool = Fal
     labels = {(v, n): lab or str(n) for v, n, lab in s.execute(
         select(VocabularyEdition.vocabulary_id, VocabularyEdition.number, VocabularyEdition.label))}
     data = []
-    for d, m, bname, vid, vname, uri, uname, rname, chosen, conf in rows:
+    for d, m, bname, vid, vname, uri, uname, rname, chosen, conf, read_as in rows:
         codes = [c or "" for c in (d.codes or [])]
         edition = labels.get((vid, d.edition), "") if d.edition is not None else ""
         data.append([d.id, m.batch_id, bname, vname, m.id, m.position, m.text, d.action, list(d.terms),
                      codes, list(d.term_ids or []), code_system(vname, uri), edition, d.relationship or "",
                      d.review_status, rname or "", d.reviewed_at, d.review_note or "", uname, d.at, d.seconds,
                      d.comment, d.model_version, list(chosen or []), conf, list(m.gold_terms or []), d.is_latest,
-                     m.source_row, m.document or ""])
+                     m.source_row, m.document or "", read_as or ""])
     return pd.DataFrame(data, columns=DECISION_COLUMNS)
 
 

@@ -31,7 +31,7 @@ def suggestion_values(mention_id: int, sug: Suggestion, edition: int | None) -> 
            "predicted_count": int(sug.predicted_count), "confidence": float(sug.confidence),
            "chosen": [str(t) for t in sug.chosen],
            "keywords": [asdict(k) if isinstance(k, KeywordSpan) else dict(k) for k in sug.keywords],
-           "parts": [str(p) for p in sug.parts]}
+           "parts": [str(p) for p in sug.parts], "read_as": sug.spelled_out or None}
     cands = [{"rank": r, "term": str(c.term), "term_index": None if c.term_id is None else int(c.term_id),
               "codes": [str(x) for x in c.codes], "score": float(c.score),
               "scores": {str(k): float(v) for k, v in (c.scores or {}).items()}}  # numpy floats -> JSON
@@ -140,4 +140,4 @@ def latest_suggestion(s: Session, mention_id: int, edition: int | None = None) -
                        scores=dict(c.scores), codes=list(c.codes)) for c in row.candidates]
     return Suggestion(mention=text, candidates=cands, predicted_count=row.predicted_count, chosen=list(row.chosen),
                       confidence=row.confidence, keywords=[KeywordSpan(**k) for k in row.keywords],
-                      model_version=row.model_version, parts=list(row.parts))
+                      model_version=row.model_version, parts=list(row.parts), spelled_out=row.read_as or "")

@@ -505,6 +505,34 @@ def test_an_export_carries_each_mention_s_source_row_and_note_back(db, tmp_path)
 
 
 # ------------------------------------------------------------------ export
+def test_an_export_says_how_the_engine_read_each_decided_mention(db, tmp_path):
+    """A coded "PCI术后" is only auditable with what the coder was shown: the mention with the abbreviation its
+    note defines spelled out. The suggestion keeps that reading, and every export row of a decision answering
+    it carries it ("" for a mention read as written)."""
+    from termnorm.engine import Engine
+
+    s, vid = db
+    note = "患者因经皮冠状动脉介入治疗（PCI）术后复查入院。"
+    path = tmp_path / "notes.csv"
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        csv.writer(f).writerows([["mention", "document"], ["PCI术后", note], ["胆囊切除", ""]])
+    ms = S.mentions(s, S.import_mentions(s, path, "notes", vid).batch_id)
+    sugs = Engine(S.vocabulary_from_db(s, vid)).suggest_batch([m["text"] for m in ms], documents=[note, ""])
+    assert [g.spelled_out for g in sugs] == ["经皮冠状动脉介入治疗术后", ""]
+    S.store_suggestions(s, [m["id"] for m in ms], sugs)
+    assert S.latest_suggestion(s, ms[0]["id"]).spelled_out == "经皮冠状动脉介入治疗术后"  # read back as stored
+    for m in ms:
+        S.record_decision(s, m["id"], "alice", "correct", ["胆囊切除术"])
+    batch = ms[0]["batch_id"]
+    df = pd.read_csv(io.BytesIO(S.export_decisions(s, batch, "csv")), keep_default_na=False)
+    assert list(df["read_as"]) == ["经皮冠状动脉介入治疗术后", ""] and list(df.columns)[-1] == "read_as"
+    recs = [json.loads(ln) for ln in S.export_decisions(s, batch, "jsonl").decode().splitlines()]
+    assert [r["read_as"] for r in recs] == ["经皮冠状动脉介入治疗术后", ""]
+    sheet = openpyxl.load_workbook(io.BytesIO(S.export_decisions(s, batch, "xlsx"))).active
+    rows = list(sheet.values)
+    assert [r[rows[0].index("read_as")] or "" for r in rows[1:]] == ["经皮冠状动脉介入治疗术后", ""]
+
+
 @pytest.fixture
 def decided(db):
     """Corrections (1 and 2 terms, one superseded), a skip, an undecided mention, a repeated mention text."""
@@ -642,7 +670,8 @@ def test_an_xlsx_export_names_the_cells_excel_cuts(db):
     xlsx = export_batch(s, bid, "xlsx")
     assert xlsx.report["cut"] == ["row 2 (document; mention '甲状腺肿物切除', source row 2)"]
     wb = openpyxl.load_workbook(io.BytesIO(xlsx.data), read_only=True)
-    assert len(list(wb["decisions"].iter_rows(values_only=True))[1][-1]) == 32_767  # what Excel will show
+    head, first = list(wb["decisions"].iter_rows(values_only=True))[:2]
+    assert len(first[head.index("document")]) == 32_767  # what Excel will show
     assert "cut" not in export_batch(s, bid, "csv").report  # CSV keeps it whole
     df = pd.read_csv(io.BytesIO(export_batch(s, bid, "csv").data), keep_default_na=False)
     assert df["document"][0] == long_note

@@ -81,6 +81,9 @@ def test_a_precoded_file_becomes_a_batch_with_its_own_suggestions(db, precoded_f
         assert [(c.term, c.code) for c in sug.candidates] == [
             (t, code) for t, code, _ in json.loads(row["candidates"]) if t != "不存在的术语"]
         assert m["status"] == "suggested"
+    # and how the pre-computing engine read each text, which exports give beside the decision (LC → 腹腔镜下胆囊切除术)
+    read = {m["text"]: S.latest_suggestion(s, m["id"]).spelled_out for m in ms}
+    assert read == {t: first.loc[t, "spelled_out"] for t in texts} and sum(map(bool, read.values())) >= 3
     # served most frequent text first; a lead switches the order, the queue follows
     assert S.batches(s, vid)[-1]["queue_order"] == "frequency"
     assert S.next_mention(s, report.batch_id, "ann", claim=False)["text"] == texts[0]
@@ -94,6 +97,11 @@ def test_a_precoded_file_becomes_a_batch_with_its_own_suggestions(db, precoded_f
     assert S.next_mention(s, report.batch_id, "ann", claim=False)["text"] == min(conf, key=conf.get)
     with pytest.raises(ValueError, match="unknown order"):
         S.set_queue_order(s, report.batch_id, "random")
+    # a file written before the reading column imports as before, every text read as written
+    out.drop(columns="spelled_out").to_csv(tmp_path / "older.csv", index=False)
+    older = precoded.import_precoded(s, tmp_path / "older.csv", "older", vid)
+    assert older.n_mentions == len(texts) and older.n_rejected == 1  # the blank mention, as above
+    assert {S.latest_suggestion(s, m["id"]).spelled_out for m in S.mentions(s, older.batch_id)} == {""}
 
 
 def test_termnorm_import_precoded_from_the_command_line(precoded_file, tmp_path):
