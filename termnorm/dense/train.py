@@ -81,7 +81,6 @@ from termnorm.dense.train_prep import (
     hard_query_neighbours,
     query_term_pairs,
 )
-from termnorm.encoder.schedule import BudgetedLinearSchedule
 from termnorm.records import LabelledMention
 from termnorm.vocabulary import Vocabulary
 
@@ -235,7 +234,9 @@ def train_biencoder(model: BiEncoder, vocab: Vocabulary, train: Sequence[Labelle
             steps_total_est = max(1, len(batches) * c.epochs)
             if c.max_steps is not None:
                 steps_total_est = max(1, min(c.max_steps, steps_total_est))
-            scheduler = BudgetedLinearSchedule(opt, steps_total_est, c.warmup_ratio)  # a time budget shortens it
+            from transformers import get_linear_schedule_with_warmup
+
+            scheduler = get_linear_schedule_with_warmup(opt, int(c.warmup_ratio * steps_total_est), steps_total_est)
 
         # ---- steps --------------------------------------------------------------------------------
         model.model.train()
@@ -267,7 +268,6 @@ def train_biencoder(model: BiEncoder, vocab: Vocabulary, train: Sequence[Labelle
             scheduler.step()
             step += 1
             losses.append(float(loss.detach()))
-            scheduler.fit_budget(step, len(losses), t_ep, t_start, c.time_budget_s)
             bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}")
             if (c.max_steps is not None and step >= c.max_steps) or \
                     (c.time_budget_s is not None and time.perf_counter() - t_start > c.time_budget_s):
@@ -302,7 +302,6 @@ def train_biencoder(model: BiEncoder, vocab: Vocabulary, train: Sequence[Labelle
                     "steps_per_s": step / train_seconds if train_seconds > 0 else None,
                     "encode_strings_per_s": encode_stats[0] / encode_stats[1] if encode_stats[1] > 0 else None,
                     "total_seconds": round(time.perf_counter() - t_start, 2), "stopped_early": stop,
-                    "schedule_steps": scheduler.total if scheduler else None,
                     "device": str(device)})
     return metrics
 

@@ -159,8 +159,7 @@ def train_ranker(model: RankerModel, vocab: Vocabulary, train: Sequence[Labelled
     defaults); ``overrides`` set any of its fields by name (``train_ranker(..., epochs=1)``).
     """
     from tqdm.auto import tqdm
-
-    from termnorm.encoder.schedule import BudgetedLinearSchedule
+    from transformers import get_linear_schedule_with_warmup
 
     c = replace(config or RankerTrainConfig(), **overrides)
     rng = np.random.default_rng(c.seed)
@@ -192,7 +191,7 @@ def train_ranker(model: RankerModel, vocab: Vocabulary, train: Sequence[Labelled
     total = c.epochs * math.ceil(pairs_per_epoch / c.batch_size)
     if c.max_steps is not None:
         total = min(total, c.max_steps)
-    sched = BudgetedLinearSchedule(opt, total, c.warmup)  # a time budget shortens it
+    sched = get_linear_schedule_with_warmup(opt, int(c.warmup * total), max(total, 1))
     loss_fn = nn.BCEWithLogitsLoss()
     adv = FGM(emb, c.fgm_epsilon) if c.fgm else None
     use_scaler = model.device.type == "cuda" and not torch.cuda.is_bf16_supported()
@@ -216,7 +215,6 @@ def train_ranker(model: RankerModel, vocab: Vocabulary, train: Sequence[Labelled
             batches = [order[i:i + c.batch_size] for i in range(0, len(order), c.batch_size)]
         bar = tqdm(batches, desc=f"rank epoch {epoch + 1}/{c.epochs}", disable=not c.progress)
         ep_loss = []
-        t_ep = time.perf_counter()
         for idx in bar:
             batch = model.encode_pairs([pairs[i][0] for i in idx], [pairs[i][1] for i in idx])
             labels = torch.tensor([pairs[i][2] for i in idx], dtype=torch.float32, device=model.device)
@@ -245,7 +243,6 @@ def train_ranker(model: RankerModel, vocab: Vocabulary, train: Sequence[Labelled
             opt.zero_grad(set_to_none=True)
             ep_loss.append(loss)
             step += 1
-            sched.fit_budget(step, len(ep_loss), t_ep, t_start, c.time_budget_s)
             if c.progress:
                 bar.set_postfix(loss=f"{np.mean(ep_loss[-50:]):.4f}")
             if (c.max_steps is not None and step >= c.max_steps) or \
@@ -260,7 +257,6 @@ def train_ranker(model: RankerModel, vocab: Vocabulary, train: Sequence[Labelled
             break
     mod.eval()
     history["steps"] = step
-    history["schedule_steps"] = sched.total
     history["seconds"] = time.perf_counter() - t_start
     return history
 
