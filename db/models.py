@@ -311,8 +311,7 @@ class Suggestion(Base):
     chosen: Mapped[list[str]] = mapped_column(default=list)
     keywords: Mapped[list[Any]] = mapped_column(default=list)  # [{start, end, kind, text}]
     parts: Mapped[list[str]] = mapped_column(default=list)
-    # (0009) the mention as the engine read it: abbreviations its note defines, then the lists, spelled out;
-    # None when read as written. Exports give it beside each decision that answered this suggestion.
+    # (0009) the mention as the engine read it, abbreviations spelled out (None: as written); exports give it
     read_as: Mapped[str | None] = mapped_column(Text)
 
     candidates: Mapped[list[SuggestionCandidate]] = relationship(
