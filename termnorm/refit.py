@@ -91,14 +91,16 @@ def gold_sha256(gold: list[LabelledMention]) -> str:
 
 
 def without_history(engine, texts: set[str]):
-    """A copy of ``engine`` that does not know the given (normalized) mention texts as coded history.
+    """A copy of ``engine`` that does not know the given (normalized) mention texts as coded history;
+    ``engine`` itself when its history holds none of them.
 
     Shares the vocabulary, tagger and fitted models (ranker, surface scorer, neural stages, recall
     profile); only history recall and the sieve are rebuilt. Used so a gold mention that was coded
     earlier is not answered from memory when the gate measures the model.
     """
     # as coded: a history mention is stored as read in its note (termnorm.reading), ``written`` keeps what was coded
-    return engine.with_history([m for m in engine.history if normalize(m.written or m.text) not in texts])
+    kept = [m for m in engine.history if normalize(m.written or m.text) not in texts]
+    return engine if len(kept) == len(engine.history) else engine.with_history(kept)
 
 
 def evaluate_on_gold(engine, gold: list[LabelledMention], k: int = 50, progress=None) -> tuple[dict, list[dict]]:
@@ -112,9 +114,7 @@ def evaluate_on_gold(engine, gold: list[LabelledMention], k: int = 50, progress=
 
     if not gold:
         return {"n": 0, "gold_sha256": gold_sha256([])}, []
-    texts = {normalize(m.text) for m in gold}
-    if any(normalize(m.written or m.text) in texts for m in engine.history):
-        engine = without_history(engine, texts)
+    engine = without_history(engine, {normalize(m.text) for m in gold})
     t0 = time.perf_counter()
     # read in their notes, as the coding page reads them
     sugs = engine.suggest_batch([m.text for m in gold], k=k, progress=progress, documents=[m.document for m in gold])
