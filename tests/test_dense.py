@@ -88,6 +88,26 @@ def test_nce_loss_decreases_on_fixed_batches(tiny_dir, demo):
     assert losses[-1] < losses[0]
 
 
+def test_a_sample_of_synonym_pairs_is_trained_and_mining_encodes_only_the_names_and_the_sample(tiny_dir, demo):
+    vocab, _ = demo
+    forms, _ = vocab.surface_forms()
+    pairs = len(build_queries(vocab, [], "vocab").texts)
+    assert pairs > 20
+    enc = fresh(tiny_dir)
+    encoded: list[int] = []
+    terms = enc.encode_terms
+    enc.encode_terms = lambda texts, *a, **k: encoded.append(len(texts)) or terms(texts, *a, **k)
+    state: dict = {}
+    m = train_biencoder(enc, vocab, [], objective="nce", data="vocab", epochs=1, batch_size=8, lr=2e-3,
+                        max_queries=20, count_head=False, progress=False, state=state)
+    assert m["n_queries"] == 20 and m["epochs"][0]["pairs"] == 20 and m["steps"] >= 2
+    assert encoded == [len(vocab.names), len(forms)]  # mining reads the names; the saved index every form
+    assert len(state["form_vecs"]) == len(forms)
+    whole = train_biencoder(fresh(tiny_dir), vocab, [], objective="nce", data="vocab", epochs=1, batch_size=8,
+                            max_steps=1, count_head=False, progress=False)
+    assert whole["n_queries"] == pairs
+
+
 def test_unknown_objective_or_empty_data_rejected(tiny_dir, demo):
     vocab, mentions = demo
     with pytest.raises(ValueError):

@@ -80,6 +80,7 @@ from termnorm.dense.train_prep import (
     gold_ids,
     hard_query_neighbours,
     query_term_pairs,
+    sample_queries,
 )
 from termnorm.records import LabelledMention
 from termnorm.vocabulary import Vocabulary
@@ -115,7 +116,7 @@ def train_biencoder(model: BiEncoder, vocab: Vocabulary, train: Sequence[Labelle
         n_hold = max(2, len(train) // 10)
         efn_val = [train[i] for i in perm[:n_hold]]
         train = [train[i] for i in perm[n_hold:]]
-    queries = build_queries(vocab, train, c.data)
+    queries = sample_queries(build_queries(vocab, train, c.data), c.max_queries, rng)
     if c.objective in ("nce", "triplet_online") and not queries.texts:
         raise ValueError(f"no training pairs: data={c.data!r} gives no mentions or synonyms with known terms")
 
@@ -170,13 +171,13 @@ def train_biencoder(model: BiEncoder, vocab: Vocabulary, train: Sequence[Labelle
     encode_stats = [0, 0.0]  # strings, seconds
     stop = False
 
-    def encode_state(with_queries: bool):
-        """Encode vocabulary forms and training / validation queries with the current model."""
+    def encode_state(with_queries: bool, all_forms: bool):
+        """Encode the vocabulary's forms (or its names alone: mining reads no more) and the training / val queries."""
         t0 = time.perf_counter()
-        fv = model.encode_terms(form_texts)
+        fv = model.encode_terms(form_texts if all_forms else form_texts[:n_names])
         qv = model.encode_queries(queries.texts) if (queries.texts and with_queries) else None
         vv = model.encode_queries([m.text for m in efn_val]) if efn_val else None
-        encode_stats[0] += len(form_texts) + (len(qv) if qv is not None else 0) + (len(efn_val) if efn_val else 0)
+        encode_stats[0] += len(fv) + (len(qv) if qv is not None else 0) + (len(efn_val) if efn_val else 0)
         encode_stats[1] += time.perf_counter() - t0
         return fv, qv, vv
 
@@ -188,7 +189,8 @@ def train_biencoder(model: BiEncoder, vocab: Vocabulary, train: Sequence[Labelle
         if need_state:
             # the last pass needs the anchors only for the count head refit and the history index: synonyms
             # (data "vocab") feed neither, and 64k MEDIC synonyms take minutes to encode on a CPU
-            fv, qv, vv = encode_state((last and c.data != "vocab") or (not last and c.objective != "batch_hard"))
+            fv, qv, vv = encode_state((last and c.data != "vocab") or (not last and c.objective != "batch_hard"),
+                                      last or bool(val))  # recall@k and the saved index need every form
             if val:
                 ep.update(evaluate_recall(model, vocab, val, c.eval_ks, form_vecs=fv, query_vecs=vv))
         if last:
@@ -385,6 +387,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--max-seconds", type=float, help="training time budget (stops early, still evaluates)")
     ap.add_argument("--max-steps", type=int)
     ap.add_argument("--max-train", type=int, help="use only the first N training mentions")
+    ap.add_argument("--max-queries", type=int, help="train on a random N of the pairs, drawn before mining")
     ap.add_argument("--device", help="cpu / cuda (default: cuda when present)")
     ap.add_argument("--threads", type=int, help="CPU threads for torch (1 is fastest on a busy shared machine)")
     ap.add_argument("--layers", type=int, help="keep only the first N encoder layers (speed, approach A)")
@@ -443,16 +446,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _train_one(args, folder: Path, vocab, train, val, out: Path, t0: float) -> None:
     """Train one bi-encoder on ``train`` and write ``out``: model/, index/ and config.json (last)."""
-    model = BiEncoder.from_folder(folder, device=args.device, max_seq_length=args.max_seq_length,
-                                  layers=args.layers)
+    model = BiEncoder.from_folder(folder, device=args.device, max_seq_length=args.max_seq_length, layers=args.layers)
     freeze = {"auto": None, "yes": True, "no": False}[args.freeze_embeddings]
     state: dict = {}
     config = BiEncoderTrainConfig(objective=args.objective, epochs=args.epochs, batch_size=args.batch_size,
                                   lr=args.lr, data=args.data, freeze_embeddings=freeze,
                                   count_head=not args.no_count_head, time_budget_s=args.max_seconds,
-                                  max_steps=args.max_steps, seed=args.seed, progress=not args.no_progress,
-                                  n_hard_terms=args.hard_terms, n_hard_queries=args.hard_queries,
-                                  related_not_negative=args.related_not_negative)
+                                  max_steps=args.max_steps, max_queries=args.max_queries, seed=args.seed,
+                                  progress=not args.no_progress, n_hard_terms=args.hard_terms,
+                                  n_hard_queries=args.hard_queries, related_not_negative=args.related_not_negative)
     metrics = train_biencoder(model, vocab, train, config, val=val, state=state)
     model.save(out / "model")
     from termnorm.dense.sieve import Sieve, calibrate_threshold
