@@ -308,7 +308,8 @@ def document_html(document: str, marks: list[str], limit: int = DOCUMENT_WINDOW,
     """The text a mention was found in, escaped, with ``marks`` (the mention, the definitions it uses) in
     ``<mark>`` (a Latin mark only as a whole word: AF is not marked inside PAF). A longer document is shown as
     the ``limit`` characters around ``focus`` (the definition: it may sit deep in a long note), else around the
-    first mark, saying how much is left out before and after."""
+    first mark, saying how much is left out before and after. The first mark of ``focus`` has the class
+    ``tn-focus``: the box scrolls to it when it comes into view (:func:`focus_scroll_html`)."""
     import re
 
     marks = sorted({m for m in marks if m and m.strip()}, key=len, reverse=True)
@@ -321,9 +322,12 @@ def document_html(document: str, marks: list[str], limit: int = DOCUMENT_WINDOW,
         where = at_focus if at_focus >= 0 else first.start() if first else 0
         start = max(0, min(len(document) - limit, where - limit // 4))
     shown = document[start:start + limit]
-    out, at = [], 0
+    out, at, focused = [], 0, False
     for hit in (pat.finditer(shown) if pat else ()):
-        out += [html.escape(shown[at:hit.start()]), f"<mark>{html.escape(hit.group(0))}</mark>"]
+        first = not focused and hit.group(0) == focus  # the definition the box scrolls to (_FOCUS_SCROLL)
+        focused = focused or first
+        out += [html.escape(shown[at:hit.start()]),
+                '<mark class="tn-focus">' if first else "<mark>", f"{html.escape(hit.group(0))}</mark>"]
         at = hit.end()
     body = "".join(out) + html.escape(shown[at:])
     before, after = start, len(document) - start - len(shown)
@@ -332,3 +336,31 @@ def document_html(document: str, marks: list[str], limit: int = DOCUMENT_WINDOW,
     box = "white-space:pre-wrap;max-height:16rem;overflow-y:auto"  # scrolls: the candidates stay in view
     return (f'{head}<div class="tn-document" data-testid="tn-document" style="{box}">{body}</div>'
             f"{tail}")
+
+
+#: The document box (document_html) opens scrolled to its definition, wherever the box is drawn: in the app's
+#: document (added once, like _DWELL_GUARD), a timer finds a visible box whose focus mark it has not yet shown
+#: (the expander just opened, the whole document toggled, the next mention's box) and scrolls the box, not the
+#: page, to put the mark a third of the way down. A box the coder has scrolled since is left alone.
+_FOCUS_SCROLL = """
+(function () {
+  if (window.__tnFocus) return;
+  window.__tnFocus = setInterval(() => {
+    document.querySelectorAll('[data-testid="tn-document"]').forEach((box) => {
+      const m = box.querySelector('mark.tn-focus');
+      if (!m || !box.getClientRects().length) return;
+      const seen = box.textContent.length + ':' + m.textContent;
+      if (box.dataset.tnFocus === seen) return;
+      box.dataset.tnFocus = seen;
+      box.scrollTop += m.getBoundingClientRect().top - box.getBoundingClientRect().top - box.clientHeight / 3;
+    });
+  }, 150);
+})();
+"""
+
+
+def focus_scroll_html() -> str:
+    """A zero-height component's HTML that installs :data:`_FOCUS_SCROLL` in the app's document (same origin)."""
+    return ("<script>const d = window.parent.document; if (!window.parent.__tnFocus) {"
+            " const s = d.createElement('script'); s.textContent = " + json.dumps(_FOCUS_SCROLL) + ";"
+            " d.head.appendChild(s); }</script>")

@@ -430,7 +430,7 @@ def test_a_mention_is_read_in_the_note_it_came_from(db_url):
     shown = [m.value for m in at.markdown if "tn-spelled-out" in m.value]
     assert len(shown) == 1 and "read as: <b>阵发性心房颤动</b> (PAF = 阵发性心房颤动 in the document)" in shown[0]
     doc = next(m.value for m in at.markdown if "tn-document" in m.value)
-    assert "<mark>阵发性心房颤动</mark>（<mark>PAF</mark>），长期口服华法林" in doc
+    assert '<mark class="tn-focus">阵发性心房颤动</mark>（<mark>PAF</mark>），长期口服华法林' in doc
     at.button(key=f"accept_{mid}").click()
     rerun(at)
     assert latest(db_url, mid)["decision"]["terms"] == ["阵发性心房颤动"]

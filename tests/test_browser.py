@@ -18,6 +18,10 @@ import os
 import pytest
 from browser import chromium_page, screenshot, settle, streamlit_app
 
+from termnorm.records import LabelledMention
+
+#: a long note that defines PAF far down: the document box must open at the definition, not at the note's top
+NOTE = "主诉：" + "反复心悸。" * 1000 + "既往诊断为阵发性心房颤动（PAF），长期口服华法林。" + "出院医嘱：" + "按时服药。" * 600
 XSS = '<img src=x onerror="window.__pwned=1">右侧甲状腺肿块切除<script>window.__pwned=2</script>'
 
 
@@ -33,10 +37,12 @@ def server(tmp_path):
         _ui.seed_demo(s)
         vid = services.vocabulary_id(s, "demo-procedures")
         xss_batch = services.create_batch(s, "hostile", vid, [XSS, "腹腔镜下胆囊切除术"])
+        note_batch = services.create_batch(s, "long note", services.vocabulary_id(s, "demo-diagnoses"),
+                                           [LabelledMention("PAF", [], 1, document=NOTE)])
     services.dispose(url)
     env = dict(os.environ, TERMNORM_DB_URL=url, TERMNORM_AUTH="off")  # sign-in: see tests/test_gold_browser.py
     with streamlit_app(env, log=tmp_path / "streamlit.log") as base:
-        yield base, xss_batch
+        yield base, xss_batch, note_batch
 
 
 @pytest.fixture
@@ -48,7 +54,7 @@ def page():
 def test_coding_page_in_browser(server, page, tmp_path):
     from termnorm.engine import demo_mentions
 
-    base, xss_batch = server
+    base, xss_batch, _ = server
     first = demo_mentions("procedures")[0].text
 
     # -- the coding page of the first demo batch: highlighted mention, candidates, actions
@@ -80,7 +86,7 @@ def test_coding_page_in_browser(server, page, tmp_path):
 def test_the_search_box_answers_while_the_coder_types(server, page):
     """No Enter and no pause: each keystroke reruns the search fragment, so the results follow the typing; Add puts
     the found term in the terms box."""
-    base, _ = server
+    base, _, _ = server
     page.goto(base + "/")
     box = page.get_by_label("Search the vocabulary")
     box.wait_for()
@@ -99,3 +105,29 @@ def test_the_search_box_answers_while_the_coder_types(server, page):
     page.get_by_role("button", name="Add", exact=True).first.click()
     page.wait_for_function("[...document.querySelectorAll('[data-testid=\"stMultiSelect\"]')].some(t => "
                            "t.innerText.includes('胆囊切除术'))")  # the terms box now holds it
+
+
+def test_the_document_box_opens_at_the_definition_the_engine_used(server, page, tmp_path):
+    """PAF is defined 5,000 characters into its note: opened, the box shows the definition (it opened at the
+    note's top, so the coder scrolled to find it); shown whole, it scrolls there again; a coder's own scroll stays."""
+    base, _, note_batch = server
+    page.goto(f"{base}/?batch={note_batch}")
+    page.locator("[data-testid=tn-spelled-out]").wait_for()
+    settle(page)
+    in_view = ("() => { const b = document.querySelector('[data-testid=tn-document]'); const m = b && "
+               "b.querySelector('mark.tn-focus'); if (!m || !b.getClientRects().length) return false; "
+               "const r = m.getBoundingClientRect(); "  # on top where it is drawn: not clipped, not covered
+               "return b.scrollTop > 0 && m.contains(document.elementFromPoint(r.left + 2, (r.top + r.bottom) / 2)); }")
+    page.get_by_text("The document mention #1 was found in").click()
+    top = "document.querySelector('[data-testid=tn-document]').scrollTop"
+    page.wait_for_function(in_view)
+    assert page.locator("mark.tn-focus").text_content() == "阵发性心房颤动"
+    windowed = page.evaluate(top)  # a quarter of the 4,000-character window lies above the definition
+    screenshot(page, tmp_path, "document_box.png")
+    page.get_by_text("Show the whole document").click()
+    page.wait_for_function("() => !document.body.innerText.includes('characters before')")
+    page.wait_for_function(in_view)
+    assert page.evaluate(top) > windowed  # the whole note: all 5,000 characters before it
+    page.evaluate(top + " = 0")
+    page.wait_for_timeout(600)  # four turns of the box's timer: it must not pull the coder back
+    assert page.evaluate(top) == 0

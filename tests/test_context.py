@@ -111,7 +111,8 @@ def test_the_coding_page_shows_the_note_around_its_definition():
 
     note = "x" * 5000 + "既往阵发性心房颤动（PAF）。" + "y" * 3000
     shown = document_html(note, ["PAF", "阵发性心房颤动"], focus="阵发性心房颤动")
-    assert "… 4,002 characters before" in shown and "<mark>阵发性心房颤动</mark>（<mark>PAF</mark>）" in shown
+    assert "… 4,002 characters before" in shown and '<mark class="tn-focus">阵发性心房颤动</mark>（<mark>PAF</mark>）' in shown
+    assert shown.count("tn-focus") == 1  # the box scrolls to the definition (app_pages._markup._FOCUS_SCROLL)
     assert "more characters" in shown
     # a Latin mark only as a whole word (AF is not marked inside PAF); text is escaped
     assert document_html("AF 与 PAF <b>", ["AF"]).count("<mark>") == 1 and "&lt;b&gt;" in document_html("<b>", [])
