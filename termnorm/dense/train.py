@@ -387,7 +387,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--max-seconds", type=float, help="training time budget (stops early, still evaluates)")
     ap.add_argument("--max-steps", type=int)
     ap.add_argument("--max-train", type=int, help="use only the first N training mentions")
-    ap.add_argument("--max-queries", type=int, help="train on a random N of the pairs, drawn before mining")
+    ap.add_argument("--max-queries", type=int, help="train on a random N of the queries (synonyms, mentions)")
     ap.add_argument("--device", help="cpu / cuda (default: cuda when present)")
     ap.add_argument("--threads", type=int, help="CPU threads for torch (1 is fastest on a busy shared machine)")
     ap.add_argument("--layers", type=int, help="keep only the first N encoder layers (speed, approach A)")
