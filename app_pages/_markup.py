@@ -304,12 +304,14 @@ def scroll_to_top_html(mention_id: int) -> str:
 DOCUMENT_WINDOW = 4000
 
 
-def document_html(document: str, marks: list[str], limit: int = DOCUMENT_WINDOW, focus: str | None = None) -> str:
+def document_html(document: str, marks: list[str], limit: int = DOCUMENT_WINDOW, focus: str | None = None,
+                  view: str = "") -> str:
     """The text a mention was found in, escaped, with ``marks`` (the mention, the definitions it uses) in
     ``<mark>`` (a Latin mark only as a whole word: AF is not marked inside PAF). A longer document is shown as
     the ``limit`` characters around ``focus`` (the definition: it may sit deep in a long note), else around the
     first mark, saying how much is left out before and after. The first mark of ``focus`` has the class
-    ``tn-focus``: the box scrolls to it when it comes into view (:func:`focus_scroll_html`)."""
+    ``tn-focus``: the box scrolls to it once per ``view`` (:func:`focus_scroll_html`), a name for this showing
+    of the box (the mention, how often its whole-document switch was turned)."""
     import re
 
     marks = sorted({m for m in marks if m and m.strip()}, key=len, reverse=True)
@@ -334,14 +336,15 @@ def document_html(document: str, marks: list[str], limit: int = DOCUMENT_WINDOW,
     head = f'<div class="tn-keys">… {before:,} characters before</div>' if before else ""
     tail = f'<div class="tn-keys">… {after:,} more characters</div>' if after else ""
     box = "white-space:pre-wrap;max-height:16rem;overflow-y:auto"  # scrolls: the candidates stay in view
-    return (f'{head}<div class="tn-document" data-testid="tn-document" style="{box}">{body}</div>'
-            f"{tail}")
+    return (f'{head}<div class="tn-document" data-testid="tn-document" data-view="{html.escape(view)}" '
+            f'style="{box}">{body}</div>{tail}')
 
 
 #: The document box (document_html) opens scrolled to its definition, wherever the box is drawn: in the app's
-#: document (added once, like _DWELL_GUARD), a timer finds a visible box whose focus mark it has not yet shown
-#: (the expander just opened, the whole document toggled, the next mention's box) and scrolls the box, not the
-#: page, to put the mark a third of the way down. A box the coder has scrolled since is left alone.
+#: document (added once, like _DWELL_GUARD), a timer finds a box with a focus mark whose view (data-view) it
+#: has not yet scrolled and scrolls the box, not the page, to put the mark a third of the way down; until the
+#: view changes, the coder's own scrolling stays. The view is kept as an attribute, not taken from the element:
+#: Streamlit redraws the next mention's box, or the box of a switch turned back on, in the element it had.
 _FOCUS_SCROLL = """
 (function () {
   if (window.__tnFocus) return;
@@ -349,7 +352,7 @@ _FOCUS_SCROLL = """
     document.querySelectorAll('[data-testid="tn-document"]').forEach((box) => {
       const m = box.querySelector('mark.tn-focus');
       if (!m || !box.getClientRects().length) return;
-      const seen = box.textContent.length + ':' + m.textContent;
+      const seen = box.dataset.view + ':' + box.textContent.length + ':' + m.textContent;
       if (box.dataset.tnFocus === seen) return;
       box.dataset.tnFocus = seen;
       box.scrollTop += m.getBoundingClientRect().top - box.getBoundingClientRect().top - box.clientHeight / 3;

@@ -259,10 +259,13 @@ if spelled != text:
 if document:
     with st.expander(f"The document mention #{current['position']} was found in"):  # closed for each mention
         marks = [text, *(x for pair in used for x in pair)]
+        turns = f"whole_doc_turns_{mid}"  # each turn of the switch is a new view: the box scrolls to the definition
         whole = len(document) > _markup.DOCUMENT_WINDOW and st.toggle(
-            f"Show the whole document ({len(document):,} characters)", key=f"whole_doc_{mid}")
+            f"Show the whole document ({len(document):,} characters)", key=f"whole_doc_{mid}",
+            on_change=lambda k=turns: st.session_state.__setitem__(k, st.session_state.get(k, 0) + 1))
         _ui.markup(_markup.document_html(document, marks, limit=len(document) if whole else _markup.DOCUMENT_WINDOW,
-                                         focus=used[0][1] if used else None))
+                                         focus=used[0][1] if used else None,
+                                         view=f"{mid}:{st.session_state.get(turns, 0)}"))
 _ui.markup(_ui.legend_html())
 
 # ---------------------------------------------------------------- what the engine proposes

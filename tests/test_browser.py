@@ -38,7 +38,7 @@ def server(tmp_path):
         vid = services.vocabulary_id(s, "demo-procedures")
         xss_batch = services.create_batch(s, "hostile", vid, [XSS, "腹腔镜下胆囊切除术"])
         note_batch = services.create_batch(s, "long note", services.vocabulary_id(s, "demo-diagnoses"),
-                                           [LabelledMention("PAF", [], 1, document=NOTE)])
+                                           [LabelledMention("PAF", [], i, document=NOTE) for i in (1, 2)])
     services.dispose(url)
     env = dict(os.environ, TERMNORM_DB_URL=url, TERMNORM_AUTH="off")  # sign-in: see tests/test_gold_browser.py
     with streamlit_app(env, log=tmp_path / "streamlit.log") as base:
@@ -109,7 +109,9 @@ def test_the_search_box_answers_while_the_coder_types(server, page):
 
 def test_the_document_box_opens_at_the_definition_the_engine_used(server, page, tmp_path):
     """PAF is defined 5,000 characters into its note: opened, the box shows the definition (it opened at the
-    note's top, so the coder scrolled to find it); shown whole, it scrolls there again; a coder's own scroll stays."""
+    note's top, so the coder scrolled to find it); shown whole, it scrolls there again; a coder's own scroll stays
+    until the switch is turned again or the next mention, from the same note, opens (Streamlit redraws both in
+    the box's old element, which kept the coder's scroll: found by trying it as a coder)."""
     base, _, note_batch = server
     page.goto(f"{base}/?batch={note_batch}")
     page.locator("[data-testid=tn-spelled-out]").wait_for()
@@ -131,3 +133,12 @@ def test_the_document_box_opens_at_the_definition_the_engine_used(server, page, 
     page.evaluate(top + " = 0")
     page.wait_for_timeout(600)  # four turns of the box's timer: it must not pull the coder back
     assert page.evaluate(top) == 0
+    for shown_whole in (False, True):  # the switch turned off and on again: each a new view of the note
+        page.get_by_text("Show the whole document").click()
+        windowed_js = "true" if not shown_whole else "false"
+        page.wait_for_function(f"() => document.body.innerText.includes('characters before') === {windowed_js}")
+        page.wait_for_function(in_view)
+        page.evaluate(top + " = 0")
+    page.locator("[class*='st-key-accept_'] button").first.click()  # the next mention, from the same note
+    page.get_by_text("The document mention #2 was found in").click()
+    page.wait_for_function(in_view)
