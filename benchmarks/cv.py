@@ -235,6 +235,7 @@ def run_fold(name: str, data: str, k: int, seed: int, rows: tuple[str, ...] = DE
                      history_extras=dict(data_kw).get("history_extras", ()),
                      dense=_load_dense(dense[dict(data_kw)["dense"]], k) if dict(data_kw).get("dense") else None)
         eng.category_features = dict(data_kw).get("category_features", False)
+        out.update({"dense_unindexed": eng.dense.unindexed} if hasattr(eng.dense, "unindexed") else {})
         splits = eng.ranker_training_data(g_train, seed=seed,
                                           **{o: v for o, v in data_kw if o not in BUILD_OPTIONS})
         if "candidates_seconds" not in out:
@@ -309,9 +310,8 @@ def summarize(folds: list[dict]) -> dict:
             "pairwise": {other: sign_test(right, r) for other, r in right_of.items() if other != row},
             # per test mention in fold order, 1 right: what --against compares across commits
             "answers": "".join("1" if x else "0" for x in right)}
-    return {"mentions": int(sum(f["test"] for f in folds)), "folds": [{k: f[k] for k in ("fold", "train", "test", "candidates_seconds")}
-                                                 for f in folds], "rows": rows,
-            "familiarity": [str(b) for b in bucket]}
+    return {"mentions": int(sum(f["test"] for f in folds)), "rows": rows, "familiarity": [str(b) for b in bucket],
+            "folds": [{k: v for k, v in f.items() if k not in ("rows", "familiarity")} for f in folds]}
 
 
 def against(res: dict, other: dict, other_row: str = "shipped") -> dict:

@@ -4,6 +4,7 @@ answers brought back as tables, and the CV's dense row recalled from the tables.
 The GPU run trains e5-small at full length; here a tiny real BERT trains a few steps on the CPU, on the demo
 procedures in Yidu-N7K's layout, through the same code."""
 
+import copy
 import gzip
 import json
 import pickle
@@ -16,6 +17,7 @@ from tests.helpers import tiny_yidu
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+HOSPITAL_TERM = "甲状腺次全切除术（本院）"
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +26,14 @@ def trained(tmp_path_factory):
     from benchmarks.gpu import dense_cv
     from termnorm.encoder.tiny import make_tiny_encoder
 
+    import pandas as pd
+
     tmp = tmp_path_factory.mktemp("dense")
     data = tiny_yidu(tmp / "data")
+    for f in ("train.xlsx", "val.xlsx"):  # a hospital's own name coded in every fold: the engine adds it as a term
+        rows = pd.read_excel(data / "yidu-n7k" / f, dtype=str)
+        rows.loc[len(rows)] = ["左甲状腺次全切", HOSPITAL_TERM]
+        rows.to_excel(data / "yidu-n7k" / f, index=False)
     assert dense_cv.main(["collect", "--data", str(data), "--sets", "yidu", "--work", str(tmp / "work"),
                           "--no-encoder"]) == 0
     with gzip.open(tmp / "work" / "bundle" / "yidu_dense.pkl.gz", "rb") as f:
@@ -58,16 +66,22 @@ def test_a_table_answers_what_the_live_encoder_answers_and_refuses_what_it_lacks
     from termnorm.dense.biencoder import BiEncoder
     from termnorm.dense.index import DenseRecaller
     from termnorm.dense.table import DenseTable
+    from termnorm.recall.history import add_history_terms
     from termnorm.vocabulary import Vocabulary
 
     doc, out = trained["doc"], trained["out"]
     assert sorted(p.name for p in out.glob("*.npz")) == ["yidu_fold0.npz", "yidu_fold1.npz"]
     report = json.loads((out / "yidu_fold0.json").read_text(encoding="utf-8"))
     assert report["steps"] == 3 and report["queries"] == len(doc["queries"]) and report["gpu"] == "cpu"
+    assert report["names_added_from_history"] == 1 and HOSPITAL_TERM not in doc["vocab"]
+    served = copy.deepcopy(doc["vocab"])  # as the engine serves it: the fold's coded names it lacked added last
+    add_history_terms(served, doc["folds"][0])
+    assert served.names[-1] == HOSPITAL_TERM
     live = DenseRecaller(BiEncoder.from_folder(out / "yidu_fold0_model", device="cpu"), use_history=False)
-    live.fit(doc["vocab"])
-    table = DenseTable(out / "yidu_fold0.npz").fit(doc["vocab"])
-    queries = doc["queries"][:40]
+    live.fit(served)
+    table = DenseTable(out / "yidu_fold0.npz").fit(served)
+    assert table.unindexed == 0
+    queries = [*doc["queries"][:40], "左甲状腺次全切"]
     for a, b in zip(live.recall_batch(queries, 10), table.recall_batch(queries, 10)):
         assert [t for t, _ in a] == [t for t, _ in b]
         assert [s for _, s in a] == pytest.approx([s for _, s in b], abs=1e-5)
@@ -75,6 +89,10 @@ def test_a_table_answers_what_the_live_encoder_answers_and_refuses_what_it_lacks
         table.recall_batch([queries[0], "不在表中的文字"], 10)
     with pytest.raises(ValueError, match="holds 10"):
         table.recall_batch(queries[:1], 11)
+    served.add_term("胆囊切除术（本院）")  # a name added after the table was written: read, never answered
+    assert DenseTable(out / "yidu_fold0.npz").fit(served).unindexed == 1
+    with pytest.raises(ValueError, match="another vocabulary"):  # the vocabulary without the fold's name
+        DenseTable(out / "yidu_fold0.npz").fit(doc["vocab"])
     other = Vocabulary(name="other")
     other.add_term("胆囊切除术")
     with pytest.raises(ValueError, match="another vocabulary"):

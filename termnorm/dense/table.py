@@ -9,7 +9,10 @@ the table lacks is an error, never an empty answer: an incomplete collection mus
 
 File (``numpy.savez_compressed``): ``format``, ``k``, ``ids`` / ``scores`` ``[n, k]`` (-1 pads),
 ``queries`` and ``names`` as NUL-joined UTF-8 (``names``: the vocabulary's names by term id, checked on
-use so a table is never read against another vocabulary).
+use so a table is never read against another vocabulary). The engine adds to its vocabulary the gold names
+of coded mentions that it lacks (``termnorm.recall.history.add_history_terms``), after the names it was built
+from; a table written before those were added is read against them, and ``unindexed`` says how many names
+at the end it can never answer with (a live encoder would have indexed them too).
 """
 
 from __future__ import annotations
@@ -66,11 +69,14 @@ class DenseTable(Recaller):
             self.k, self.ids, self.scores = int(z["k"]), z["ids"], z["scores"]
             self.queries, self.names = _split(z["queries"]), _split(z["names"])
         self.row = {q: r for r, q in enumerate(self.queries)}
+        self.unindexed = 0
 
     def fit(self, vocab: Vocabulary, history: list[LabelledMention] | None = None) -> "DenseTable":
-        if list(vocab.names) != self.names:
+        names = list(vocab.names)
+        if names[:len(self.names)] != self.names:
             raise ValueError(f"{self.path}: written for another vocabulary ({len(self.names)} names, "
                              f"this one has {len(vocab.names)}, or they differ in order)")
+        self.unindexed = len(names) - len(self.names)  # names added after the table's: never recalled here
         return self
 
     def recall_batch(self, queries: list[str], k: int) -> list[Hits]:
