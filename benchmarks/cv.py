@@ -113,6 +113,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._results import write_json  # noqa: E402
+from benchmarks.cv_against import _by_familiarity, against, check_against  # noqa: E402
 from termnorm.filestore import write_json_atomic  # noqa: E402
 from termnorm.stats import sign_test  # noqa: E402
 
@@ -263,21 +264,6 @@ def _fit_and_score(eng, splits, row, seed, settings, texts, test, out, data_kw) 
                         "seconds": round(time.perf_counter() - t1, 1)}
 
 
-def _by_familiarity(right, ref, bucket) -> dict:
-    """Accuracy per familiarity bucket (termnorm.evaluate.FAMILIARITY_BUCKETS: how often the training folds
-    coded the mention's rarest gold term), with the sign test against ``shipped`` on that bucket's mentions."""
-    from termnorm.evaluate import FAMILIARITY_BUCKETS
-
-    out = {}
-    for name, _, _ in FAMILIARITY_BUCKETS:
-        sel = bucket == name
-        if sel.any():
-            out[name] = {"n": int(sel.sum()), "accuracy": round(float(right[sel].mean()), 4)}
-            if ref is not None:
-                out[name]["sign_test_p"] = sign_test(right[sel], ref[sel])["sign_test_p"]
-    return out
-
-
 def _micro_f1(tp: int, n_pred: int, n_gold: int) -> float:
     """Micro-F1 from pair counts (termnorm.evaluate.micro_prf's F1, which needs the term sets): 2·tp / (pred + gold)."""
     return round(2 * tp / max(1, n_pred + n_gold), 4)
@@ -312,31 +298,6 @@ def summarize(folds: list[dict]) -> dict:
             "answers": "".join("1" if x else "0" for x in right)}
     return {"mentions": int(sum(f["test"] for f in folds)), "rows": rows, "familiarity": [str(b) for b in bucket],
             "folds": [{k: v for k, v in f.items() if k not in ("rows", "familiarity")} for f in folds]}
-
-
-def against(res: dict, other: dict, other_row: str = "shipped") -> dict:
-    """Each row of ``res`` against ``other_row`` of ``other`` (the same set measured by another checkout, its
-    ``answers`` on the same mentions in the same order): accuracy both, the sign test overall and by familiarity."""
-    theirs = other["rows"][other_row].get("answers")
-    if theirs and len(theirs) != res["mentions"]:  # some of its outer folds (--folds): their answers of those
-        spans, at = {}, 0
-        for f in other.get("folds", []):
-            spans[f["fold"]], at = (at, at + f["test"]), at + f["test"]
-        if at == len(theirs) and all(f["fold"] in spans for f in res["folds"]):
-            theirs = "".join(theirs[slice(*spans[f["fold"]])] for f in res["folds"])
-    if not theirs or len(theirs) != res["mentions"]:
-        raise SystemExit(f"--against: its row {other_row!r} has no answers for these {res['mentions']} mentions "
-                         "(measure it with this script, same set and folds)")
-    ref = np.array([c == "1" for c in theirs])
-    bucket = np.array(res["familiarity"], dtype=object)
-    out = {}
-    for row, r in res["rows"].items():
-        right = np.array([c == "1" for c in r["answers"]])
-        t = sign_test(right, ref)
-        out[row] = {"accuracy": r["accuracy"], "against_accuracy": round(float(ref.mean()), 4),
-                    "right_only_here": t["right_only_here"], "right_only_there": t["right_only_there"],
-                    "sign_test_p": t["sign_test_p"], "by_familiarity": _by_familiarity(right, ref, bucket)}
-    return out
 
 
 def main(argv=None) -> int:
@@ -385,6 +346,7 @@ def main(argv=None) -> int:
         ap.error("row dense needs --dense (the bi-encoder folder of each outer fold, '{k}' for the fold)")
     if "dense_crossfit" in rows and not args.dense_crossfit:
         ap.error("row dense_crossfit needs --dense-crossfit (the cross-fitted folder of each outer fold, '{k}')")
+    check_against(args.against, args.sets.split(","), folds)  # before the hours of fitting, not after
     results = {"command": "python3 benchmarks/cv.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                "machine": {"python": platform.python_version(), "platform": platform.platform()},
                "rows": {k: ROWS[k] or "defaults" for k in rows}, "results": {}}

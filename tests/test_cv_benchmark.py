@@ -29,6 +29,36 @@ def test_the_dense_row_needs_its_per_fold_encoders(tmp_path, capsys):
     assert not (tmp_path / "cv.json").exists()
 
 
+def test_against_files_are_checked_before_any_fold_is_fitted(tmp_path):
+    """A run's comparison comes after its folds (minutes to hours): a file that cannot answer it stops the run
+    first, naming the file and what it lacks."""
+    import json
+
+    from benchmarks.cv import main
+    from termnorm.errors import DataFormatError
+
+    def result(path, sets):
+        path.write_text(json.dumps({"results": sets}), encoding="utf-8")
+        return str(path)
+
+    good = result(tmp_path / "good.json", {"yidu": {"rows": {"shipped": {"answers": "101"}, "dense": {}},
+                                                    "folds": [{"fold": 0}, {"fold": 1}]}})
+    base = ["--data", str(tmp_path / "no-data-here"), "--sets", "yidu", "--rows", "dense", "--dense", "x{k}",
+            "--out", str(tmp_path / "cv.json")]
+    for spec, problem in [
+        (str(tmp_path / "missing.json"), "not a result of this script"),
+        (result(tmp_path / "other.json", {"cdn": {}}), "no results for set 'yidu' .it has cdn"),
+        (f"{good}:dense", "no answers of row 'dense' .rows with answers: shipped"),
+        (good, r"measured on outer folds \[0, 1\], not on all of \[0, 1, 2\]"),
+    ]:
+        with pytest.raises(SystemExit, match=problem):
+            main([*base, "--folds", "0,1,2", "--against", spec])
+    # the good file passes the check; the run then stops on the missing data, not on --against
+    with pytest.raises(DataFormatError, match="code.txt: file not found"):
+        main([*base, "--folds", "0", "--jobs", "1", "--against", good])
+    assert not (tmp_path / "cv.json").exists()
+
+
 @pytest.mark.parametrize("name, files", [
     ("yidu", ("yidu-n7k/code.txt", "yidu-n7k/train.xlsx", "yidu-n7k/val.xlsx")),
     # CHIP-CDN holds mentions with control characters, which a worksheet refuses
