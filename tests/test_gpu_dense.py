@@ -74,6 +74,7 @@ def test_a_table_answers_what_the_live_encoder_answers_and_refuses_what_it_lacks
     report = json.loads((out / "yidu_fold0.json").read_text(encoding="utf-8"))
     assert report["steps"] == 3 and report["queries"] == len(doc["queries"]) and report["gpu"] == "cpu"
     assert report["names_added_from_history"] == 1 and HOSPITAL_TERM not in doc["vocab"]
+    assert report["timing"]["steps_per_s"] > 0 and [e["steps"] for e in report["epochs"]] == [3]
     served = copy.deepcopy(doc["vocab"])  # as the engine serves it: the fold's coded names it lacked added last
     add_history_terms(served, doc["folds"][0])
     assert served.names[-1] == HOSPITAL_TERM
