@@ -113,8 +113,8 @@ def train_fold(doc: dict, k: int, args, encoder: Path) -> dict:
               "torch": torch.__version__, "settings": {a: v for a, v in vars(args).items()
                                                        if a not in ("bundle", "out", "cmd")},
               "final": metrics.get("final"),  # where a fold's time goes: steps against encoding for mining
-              "timing": {t: metrics.get(t) for t in ("train_seconds", "steps_per_s", "encode_strings_per_s",
-                                                     "total_seconds")},
+              "timing": {"step_seconds": metrics.get("train_seconds"), "steps_per_s": metrics.get("steps_per_s"),
+                         "encode_strings_per_s": metrics.get("encode_strings_per_s")},
               "epochs": metrics.get("epochs")}
     (out / f"{doc['set']}_fold{k}.json").write_text(json.dumps(report, ensure_ascii=False, indent=1, default=str),
                                                     encoding="utf-8")
