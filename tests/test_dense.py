@@ -191,6 +191,25 @@ def test_compose_batches_conflict_free():
                     assert not (set(docs[j]) & gold[pq[i]])
 
 
+def test_compose_batches_leaves_out_the_tail_of_a_much_coded_term():
+    """One term coded for 30 mentions, 40 others once each: a batch holds the term once, so after the mixed
+    batches comes a tail of one-pair batches, the term's extras; min_size leaves those out of the epoch."""
+    rng = np.random.default_rng(0)
+    gold = [{0}] * 30 + [{t} for t in range(1, 41)]
+    pq = np.arange(len(gold))
+    docs = [[min(g)] for g in gold]
+    every = compose_batches(pq, docs, gold, 8, rng)
+    sizes = sorted(len(b) for b in every)
+    assert sizes.count(1) >= 20 and max(sizes) == 8
+    kept = compose_batches(pq, docs, gold, 8, np.random.default_rng(0), min_size=4)
+    assert all(len(b) >= 4 for b in kept)
+    pairs = [i for b in kept for i in b]
+    assert set(range(30, 70)) <= set(pairs)  # every once-coded mention still trains
+    assert 1 <= sum(pq[i] < 30 for i in pairs) <= 10  # the much-coded term once per batch it shares
+    # nothing to keep at that size: every batch stays (a tiny training set)
+    assert len(compose_batches(pq[:3], docs[:3], gold[:3], 8, rng, min_size=4)) == 3
+
+
 # ---------------------------------------------------------------- index
 def test_term_index_matches_bruteforce_and_roundtrips(tmp_path):
     rng = np.random.default_rng(0)

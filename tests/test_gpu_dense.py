@@ -126,3 +126,18 @@ def test_the_cv_dense_row_from_tables_gives_the_live_encoders_answers(trained):
     assert res["rows"]["dense"]["answers"] == live["answers"]
     vs = res["against"]["rows"]["dense"]
     assert vs["right_only_here"] == vs["right_only_there"] == 0
+
+
+def test_recall_alone_of_a_table_is_its_encoders_recall(trained):
+    """``dense_cv.py recall`` reads each table's recall on its fold's test mentions; the model that wrote the
+    table, run live, gives the same figures."""
+    from benchmarks.gpu import dense_cv
+
+    out, tmp = trained["out"], trained["tmp"]
+    assert dense_cv.main(["recall", "--data", str(trained["data"]), "--out", str(out), "--sets", "yidu",
+                          "--folds", "0", "--encoder", str(out / "yidu_fold0_model"),
+                          "--json", str(tmp / "recall.json")]) == 0
+    (row,) = json.loads((tmp / "recall.json").read_text(encoding="utf-8"))["folds"]
+    assert row["test"]["mentions"] > 10 and row["training"]["mentions"] > 10
+    assert row["test"]["recall@1"] <= row["test"]["recall@10"]
+    assert row["encoder_test"] == row["test"]

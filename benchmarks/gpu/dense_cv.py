@@ -40,6 +40,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from termnorm.recall.history import add_history_terms  # noqa: E402
+
 
 def query_texts(engine, mentions) -> list[str]:
     """Every text the recall union asks its vocabulary strategies about for ``mentions`` (read in their
@@ -84,13 +86,13 @@ def train_fold(doc: dict, k: int, args, encoder: Path) -> dict:
     from termnorm.dense.table import write_table
     from termnorm.dense.train import train_biencoder
     from termnorm.dense.train_prep import BiEncoderTrainConfig
-    from termnorm.recall.history import add_history_terms
 
     t0 = time.perf_counter()
     vocab = doc["vocab"]
     model = BiEncoder.from_folder(encoder, device=args.device, max_seq_length=args.max_seq_length)
     config = BiEncoderTrainConfig(objective="nce", epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
                                   max_steps=args.max_steps, n_hard_terms=args.hard_terms, seed=args.seed,
+                                  min_batch=args.min_batch,
                                   progress=False)
     state: dict = {}
     metrics = train_biencoder(model, vocab, doc["folds"][k], config, state=state)
@@ -143,6 +145,56 @@ def train(args) -> int:
     return 0
 
 
+def recall(args) -> int:
+    """Each table's recall@1 / @10 alone, on its outer fold's test mentions and on as many of its training
+    mentions (``--encoder``: also that model's, live, on the same test mentions): an encoder that training left
+    worse than it found shows here before any CV is run."""
+    from benchmarks.accuracy import SETS
+    from benchmarks.cv import outer_fold
+    from termnorm.dense.table import DenseTable
+    from termnorm.loaders import load_labelled, load_vocabulary
+
+    report = []
+    for name in args.sets.split(","):
+        vpath, trpath, tepath, _ = SETS[name]
+        vocab = load_vocabulary(Path(args.data) / vpath)
+        train = load_labelled(Path(args.data) / trpath, vocab).mentions
+        dev = load_labelled(Path(args.data) / tepath, vocab).mentions
+        for k in [int(x) for x in args.folds.split(",")]:
+            path = Path(args.out) / f"{name}_fold{k}.npz"
+            if not path.is_file():
+                continue
+            fold_train, test = outer_fold(train, dev, k)
+            table = DenseTable(path)
+            served = copy.deepcopy(vocab)
+            add_history_terms(served, fold_train)
+            table.fit(served)
+            seen = fold_train[:: max(1, len(fold_train) // len(test))][:len(test)]
+            row = {"set": name, "fold": k, "test": _recall_at(table, served, test),
+                   "training": _recall_at(table, served, seen)}
+            if args.encoder:
+                from termnorm.dense.biencoder import BiEncoder
+                from termnorm.dense.index import DenseRecaller
+
+                live = DenseRecaller(BiEncoder.from_folder(Path(args.encoder), device="cpu"), use_history=False)
+                row["encoder_test"] = _recall_at(live.fit(served), served, test)
+            print(json.dumps(row), flush=True)
+            report.append(row)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"command": "python3 benchmarks/gpu/dense_cv.py " + " ".join(
+            sys.argv[1:]), "folds": report}, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+def _recall_at(recaller, vocab, mentions) -> dict:
+    """Recall@1 and @10 of ``recaller`` alone: a mention counts when a gold term is among its top hits."""
+    hits = recaller.recall_batch([m.text for m in mentions], 10)
+    gold = [{vocab.get_id(t) for t in m.terms} - {None} for m in mentions]
+    n = sum(1 for g in gold if g)
+    at = {a: sum(bool(g & {i for i, _ in h[:a]}) for g, h in zip(gold, hits) if g) for a in (1, 10)}
+    return {"mentions": n, "recall@1": round(at[1] / max(1, n), 4), "recall@10": round(at[10] / max(1, n), 4)}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -162,14 +214,26 @@ def main(argv=None) -> int:
     t.add_argument("--batch-size", type=int, default=64)
     t.add_argument("--lr", type=float, default=2e-5)
     t.add_argument("--hard-terms", type=int, default=3)
+    t.add_argument("--min-batch", type=int, default=16,
+                   help="leave out batches of fewer pairs (the most coded terms' tail; 1: keep every batch, as "
+                        "the first H200 run did)")
     t.add_argument("--max-seq-length", type=int, default=64)
     t.add_argument("--max-steps", type=int, help="smoke runs: stop each fold's training after N steps")
     t.add_argument("--device", help="cpu / cuda (default: cuda when present)")
     t.add_argument("--save-models", action="store_true", help="also keep each fold's encoder in OUT")
     t.add_argument("--seed", type=int, default=0)
+    r = sub.add_parser("recall", help="CPU: each table's recall alone (test and training mentions)")
+    r.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
+    r.add_argument("--out", required=True, help="the folder of the tables")
+    r.add_argument("--sets", default="cdn,yidu")
+    r.add_argument("--folds", default="0,1,2,3,4")
+    r.add_argument("--encoder", help="also this model folder's recall, live (the untrained encoder: bundle/encoder)")
+    r.add_argument("--json", help="write the figures here")
     args = ap.parse_args(argv)
     if args.cmd == "train":
         return train(args)
+    if args.cmd == "recall":
+        return recall(args)
     bundle = Path(args.work) / "bundle"
     bundle.mkdir(parents=True, exist_ok=True)
     sets = args.sets.split(",")

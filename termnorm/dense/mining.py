@@ -163,7 +163,7 @@ def random_negatives(n_items: int, gold: Sequence[set[int]], n: int,
 
 def compose_batches(pair_query: np.ndarray, pair_docs: Sequence[Sequence[int]], query_gold: Sequence[set[int]],
                     batch_size: int, rng: np.random.Generator | None = None,
-                    neighbours: Sequence[Sequence[int]] | None = None) -> list[list[int]]:
+                    neighbours: Sequence[Sequence[int]] | None = None, min_size: int = 1) -> list[list[int]]:
     """Group training pairs into conflict-free batches for in-batch InfoNCE.
 
     ``pair_query[i]`` is pair i's query id, ``pair_docs[i]`` its documents
@@ -178,6 +178,9 @@ def compose_batches(pair_query: np.ndarray, pair_docs: Sequence[Sequence[int]], 
     Pairs are visited in :func:`spread_order` of their positive term: a term
     coded for 60 mentions can only have one of them per batch, and visiting in
     plain random order leaves those for a tail of tiny batches.
+    ``min_size`` leaves out batches of fewer pairs (unless that leaves none): the tail holds only a few terms'
+    extra pairs, one per step. On CHIP-CDN at batch 64 most of an epoch's batches are that tail, and the one GPU
+    run that trained on all of them left the encoder below the untrained one (docs/gpu.md).
     """
     rng = rng or np.random.default_rng(0)
     n = len(pair_query)
@@ -221,7 +224,8 @@ def compose_batches(pair_query: np.ndarray, pair_docs: Sequence[Sequence[int]], 
         queue.extendleft(reversed(deferred))  # retried first in the next batch
         if batch:
             batches.append(batch)
-    return batches
+    kept = [b for b in batches if len(b) >= min_size]
+    return kept or batches
 
 
 def spread_order(groups: Sequence[int], rng: np.random.Generator) -> np.ndarray:

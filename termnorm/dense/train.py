@@ -215,7 +215,7 @@ def train_biencoder(model: BiEncoder, vocab: Vocabulary, train: Sequence[Labelle
             neighbours = hard_query_neighbours(pair_q, pair_t, qv, fv[:n_names], queries.gold, c.n_hard_queries,
                                                 c.tau, beta, rng, c.top_k_mine)
             pair_docs = [[int(t)] + [int(x) for x in neg[q]] for q, t in zip(pair_q, pair_t)]
-            batches = compose_batches(pair_q, pair_docs, queries.gold, c.batch_size, rng, neighbours)
+            batches = compose_batches(pair_q, pair_docs, queries.gold, c.batch_size, rng, neighbours, c.min_batch)
             ep.update({"alpha": a, "beta": beta if math.isfinite(beta) else None,
                        "efn_eliminated": eliminated, "pairs": len(pair_q)})
         elif c.objective == "triplet_online":

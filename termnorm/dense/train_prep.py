@@ -69,6 +69,8 @@ class BiEncoderTrainConfig:
     refit_count_head: bool = True  # refit the joint head on the final mention embeddings
     n_hard_terms: int = 3  # nce: hard negative terms per mention
     n_hard_queries: int = 10  # nce: hard negative mentions per term, pulled into the same batch
+    # nce: batches of fewer pairs are left out of the epoch (compose_batches' tail, only the most coded terms)
+    min_batch: int = 1
     related_not_negative: bool = False  # nce: a gold term's ancestors / descendants by code are no hard negative
     top_k_mine: int = 50  # nce: nearest neighbours the hard negatives are sampled from
     tau: float = 0.05  # nce: InfoNCE temperature and HD-sampling temperature
