@@ -114,7 +114,8 @@ def train_fold(doc: dict, k: int, args, encoder: Path) -> dict:
               "names_added_from_history": len(added),
               "torch": torch.__version__, "settings": {a: v for a, v in vars(args).items()
                                                        if a not in ("bundle", "out", "cmd")},
-              "final": metrics.get("final"),  # where a fold's time goes: steps against encoding for mining
+              "final": metrics.get("final"),
+              # where a fold's time goes: steps against encoding for mining
               "timing": {"step_seconds": metrics.get("train_seconds"), "steps_per_s": metrics.get("steps_per_s"),
                          "encode_strings_per_s": metrics.get("encode_strings_per_s")},
               "epochs": metrics.get("epochs")}
