@@ -43,6 +43,13 @@ sys.path.insert(0, str(ROOT))
 from termnorm.recall.history import add_history_terms  # noqa: E402
 
 
+def served_vocabulary(vocab, fold_train: list) -> tuple:
+    """A copy of ``vocab`` as the engine serves it in a fold: the fold's coded names it lacks added last
+    (Engine's ``add_history_terms``), so a table answers for them; and those names."""
+    served = copy.deepcopy(vocab)
+    return served, add_history_terms(served, fold_train)
+
+
 def query_texts(engine, mentions) -> list[str]:
     """Every text the recall union asks its vocabulary strategies about for ``mentions`` (read in their
     documents as the CV run reads them, then the union's variants), once each, in first-seen order."""
@@ -97,9 +104,7 @@ def train_fold(doc: dict, k: int, args, encoder: Path) -> dict:
     state: dict = {}
     metrics = train_biencoder(model, vocab, doc["folds"][k], config, state=state)
     t1 = time.perf_counter()
-    # the engine indexes the vocabulary after adding the fold's coded names it lacks: the table answers for those
-    served = copy.deepcopy(vocab)
-    added = add_history_terms(served, doc["folds"][k])
+    served, added = served_vocabulary(vocab, doc["folds"][k])
     recaller = DenseRecaller(model, use_history=False).fit(served, form_vecs=None if added else state.get("form_vecs"))
     hits = recaller.recall_batch(doc["queries"], doc["k"])
     out = Path(args.out)
@@ -167,8 +172,7 @@ def recall(args) -> int:
                 continue
             fold_train, test = outer_fold(train, dev, k)
             table = DenseTable(path)
-            served = copy.deepcopy(vocab)
-            add_history_terms(served, fold_train)
+            served, _ = served_vocabulary(vocab, fold_train)
             table.fit(served)
             seen = fold_train[:: max(1, len(fold_train) // len(test))][:len(test)]
             row = {"set": name, "fold": k, "test": _recall_at(table, served, test),
