@@ -100,6 +100,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import multiprocessing
 import platform
 import sys
 import time
@@ -359,7 +360,9 @@ def main(argv=None) -> int:
         todo = [k for k in folds if k not in {f["fold"] for f in done}]
         if done:
             print(f"{name}: outer folds {sorted(f['fold'] for f in done)} taken from {args.keep_folds}", flush=True)
-        with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        # spawned, not forked: a fork of a process whose torch threads already ran can stall in the child
+        spawn = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=max(1, args.jobs), mp_context=spawn) as pool:
             jobs = [pool.submit(run_fold, name, args.data, k, args.seed, rows, dense) for k in todo]
             for j in tqdm(as_completed(jobs), total=len(jobs), desc=f"{name}: outer folds"):
                 done.append(j.result())
