@@ -66,7 +66,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from termnorm.records import Candidate
-from termnorm.text.normalize import normalize
+from termnorm.text.normalize import Abbreviations, normalize
 from termnorm.vocabulary import Vocabulary, code_key
 
 #: A code as coders type it (after NFKC and lower case): see the module docstring.
@@ -176,6 +176,7 @@ class VocabularySearch:
         self.union = union_recaller
         self._abbr: dict[str, list[str]] = {}  # normalized abbreviation -> expansions as written
         self._written: dict[str, str] = {}  # normalized abbreviation -> as first written (PCI, not pci)
+        self._spelling: Abbreviations | None = None  # the table spelled_out reads (built when first needed)
         for a, e in abbreviation_pairs(abbreviations):
             self.add_abbreviation(a, e)
         self._indexed = -1  # len(vocabulary) when indexed
@@ -190,11 +191,21 @@ class VocabularySearch:
             return False  # an abbreviation that stands for itself ("＋" -> "+") would only repeat the query
         self._abbr.setdefault(key, []).append(expansion)
         self._written.setdefault(key, abbreviation.strip())
+        self._spelling = None
         return True
 
     def expansions(self, query: str) -> list[str]:
         """What ``query`` stands for when it is a known abbreviation (else [])."""
         return list(self._abbr.get(normalize(query), ()))
+
+    def spelled_out(self, query: str) -> list[str]:
+        """The query with the abbreviations inside it spelled out (``卵巢Ca`` -> ``卵巢恶性肿瘤``, each by its first
+        expansion); [] when it holds none."""
+        if getattr(self, "_spelling", None) is None:  # getattr: searches pickled before it existed
+            self._spelling = Abbreviations({k: v[0] for k, v in self._abbr.items()})
+        q = normalize(query)
+        spelled = self._spelling.expand(q)
+        return [spelled] if spelled != q else []
 
     def abbreviations(self) -> list[tuple[str, str]]:
         """Every (abbreviation as first written, expansion) pair known."""
@@ -365,7 +376,7 @@ class VocabularySearch:
             return self._ranked(hits)
         if add("name", self.exact_text(query, False)) or add("synonym", self.exact_text(query, True)):
             return self._ranked(hits)
-        expansions = self.expansions(query)
+        expansions = self.expansions(query) or self.spelled_out(query)  # PCI; 卵巢Ca, read as 卵巢恶性肿瘤
         if expansions and self._abbreviation(expansions, add):
             return self._ranked(hits)
         contained = self.contained(query)

@@ -230,6 +230,20 @@ def test_engine_search_on_the_demo_finds_codes_prefixes_and_demo_abbreviations()
     assert back.search_vocabulary("甲状腺结节挖除", 1)[0].found == "synonym"
 
 
+def test_an_abbreviation_inside_the_query_is_searched_spelled_out():
+    """卵巢Ca is 卵巢恶性肿瘤, not the names sharing the letters ca (PTCA) nor the other ovarian ones; an abbreviation
+    taught later counts at once; a query without a known short form is searched as typed."""
+    eng = Engine.from_demo("diagnoses")
+    for query, read in (("卵巢Ca", "卵巢恶性肿瘤"), ("肺Ca", "肺恶性肿瘤"), ("COPD急性加重", "慢性阻塞性肺疾病急性加重")):
+        hit = eng.search_vocabulary(query, 5)[0]
+        assert (hit.term, hit.found, found_tag(hit)) == (read, "abbreviation", f"abbreviation → {read}"), query
+    assert eng.search_vocabulary("MYX伴", 1)[0].term != "甲状腺功能减退"
+    eng.add_abbreviation("MYX", "甲状腺功能减退")
+    assert eng.search_vocabulary("MYX伴", 1)[0].term == "甲状腺功能减退"
+    plain = eng.search_vocabulary("卵巢囊肿", 1)[0]
+    assert (plain.term, plain.found) == ("卵巢囊肿", "name")
+
+
 def test_engine_keeps_taught_abbreviations_through_save_and_load(tmp_path):
     eng = Engine.from_demo("diagnoses")
     eng.add_abbreviation("MYX", "甲状腺功能减退")
@@ -311,3 +325,18 @@ def test_a_code_nothing_matches_says_so():
     exact = Candidate(0, "甲状腺病损切除术", 1.0, {})
     exact.found = "code"
     assert nearest_note("06.3100", [exact]) is None
+
+
+def test_a_mention_written_only_in_short_forms_is_read_spelled_out():
+    """ERCP+EST (the demo's own mention) is read as both procedures and coded with them, where before only
+    ERCP was found and the second term was a prostate operation; an English phrase keeps its words."""
+    from db.serving import shipped_engine
+
+    eng = shipped_engine(demo_vocabulary("procedures"), [])
+    eng.use_demo_abbreviations()
+    gold = ["内镜逆行胰胆管造影[ERCP]", "内镜下十二指肠乳头肌切开术(EST)"]
+    for mention in ("ERCP+EST", "EST+ERCP"):
+        s = eng.suggest(mention)
+        assert "内镜逆行胰胆管造影" in s.spelled_out and "乳头括约肌切开术" in s.spelled_out
+        assert sorted(s.chosen) == sorted(gold), (mention, s.chosen)
+    assert eng.suggest("ERCP in adults").spelled_out == ""

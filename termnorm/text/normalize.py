@@ -347,8 +347,8 @@ class Abbreviations:
     Only keys that are ASCII tokens are used (``copd``, ``ca``, ``vinii``);
     they match whole tokens only: ``ca`` is expanded in ``胃ca`` but not
     inside ``ca125`` or ``cancer``. ``require_cjk`` (default True) expands
-    only in texts that contain Chinese (or consist of the abbreviation
-    alone), because a table for Chinese clinical text holds English words
+    only in texts that contain Chinese (or consist of short forms alone:
+    ``ercp+est``), because a table for Chinese clinical text holds English words
     (``as``, ``hunt``, ``sweet``) that must stay untouched in English text.
     """
 
@@ -368,13 +368,26 @@ class Abbreviations:
         '右全髋关节置换术'
         >>> Abbreviations({"tha": "全髋关节置换术"}).expand("右tha术后")
         '右全髋关节置换术后'
+
+        With ``require_cjk``, a text without Chinese is expanded only when each of its words is a short form
+        (``ercp+est``; an English phrase keeps its words):
+
+        >>> short = Abbreviations({"ercp": "内镜逆行胰胆管造影", "est": "乳头切开术"}, require_cjk=True)
+        >>> short.expand("ercp+est"), short.expand("ercp in adults")
+        ('内镜逆行胰胆管造影+乳头切开术', 'ercp in adults')
         """
-        if not self.table or (self.require_cjk and not has_cjk(text) and text not in self.table):
+        if not self.table or (self.require_cjk and not has_cjk(text) and text not in self.table
+                                and not self.only_short_forms(text)):
             return text
         text = _BRACKETED_RE.sub(lambda m: "" if m.group(1) in self.table and text[:m.start()].endswith(
             self.table[m.group(1)]) else m.group(0), text)
         # tokens are maximal [a-z0-9] runs starting with a letter: "ca125" is one token
         return _TOKEN_RE.sub(self._spell, text)
+
+    def only_short_forms(self, text: str) -> bool:
+        """Whether every word of ``text`` (maximal ``[a-z0-9]`` runs from a letter) is a known short form."""
+        words = _TOKEN_RE.findall(text)
+        return bool(words) and all(w in self.table for w in words)
 
     def _spell(self, m: re.Match) -> str:
         long = self.table.get(m.group(0))
