@@ -241,3 +241,29 @@ def test_cv_split_cuts_a_runs_answers_into_subsets_that_add_up_to_the_run(tmp_pa
     pd.read_excel(val, dtype=str)[:5].to_excel(val, index=False)
     with pytest.raises(SystemExit, match="test mentions rebuilt"):
         cv_split([str(run), "--set", "yidu", "--row", "part_context", "--data", str(other)])
+
+
+def test_the_switch_bound_reports_both_engines_as_their_own_benchmarks_do(tmp_path):
+    """benchmarks/switch_bound.py: its pipeline is cv.py's shipped row on the official split, its day-one engine
+    day_one.py's; the oracle is right wherever either is, the switch takes one of the two answers."""
+    import json
+
+    from benchmarks import cv, day_one, switch_bound
+
+    data = tiny_yidu(tmp_path / "data")
+    assert switch_bound.main(["--data", str(data), "--sets", "yidu", "--out", str(tmp_path / "sb.json")]) == 0
+    got = json.loads((tmp_path / "sb.json").read_text())["results"]["yidu"]["by_familiarity"]
+    fold0 = cv.run_fold("yidu", str(data), 0, 0, rows=("shipped",))
+    assert got["all"]["n"] == fold0["test"]
+    assert got["all"]["pipeline"] == round(sum(fold0["rows"]["shipped"]["right"]) / fold0["test"], 4)
+    assert day_one.main(["--data", str(data), "--sets", "yidu", "--out", str(tmp_path / "d1.json")]) == 0
+    d1 = json.loads((tmp_path / "d1.json").read_text())["results"]["yidu"]
+    assert d1["mentions"] == got["all"]["n"]
+    assert got["all"]["day_one"] == d1["shipped_cold_start"]["accuracy"]
+    assert sum(v["n"] for b, v in got.items() if b != "all") == got["all"]["n"]
+    for v in got.values():
+        assert max(v["pipeline"], v["day_one"]) <= v["oracle"]
+        assert abs(v["oracle"] - v["pipeline"] - v["right_only_day_one"] / v["n"]) <= 1e-4
+        both_right = v["pipeline"] - v["right_only_pipeline"] / v["n"]
+        assert both_right - 1e-4 <= v["switch_novel"] <= v["oracle"]
+    assert got["all"]["right_only_pipeline"] + got["all"]["right_only_day_one"] > 0  # the two engines differ
