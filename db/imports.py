@@ -168,21 +168,28 @@ def _kind(fname: str, data: bytes) -> str:
 
 
 def _decode_text(data: bytes) -> str:
-    """UTF-8 unless most non-ASCII lines only decode as GB18030.
+    """UTF-16 with its BOM (Excel's "Unicode text"); else line by line: a line that is UTF-8 is read as UTF-8,
+    and the others as GB18030 when most non-ASCII lines are not UTF-8 (a GBK file), else as undecodable.
 
-    Line-wise so that one corrupt row of a UTF-8 file is reported (its bytes
-    become U+FFFD) instead of the whole file being mis-read as GB18030.
+    Line-wise so that one corrupt row is reported (its bytes become U+FFFD) instead of the whole file being
+    mis-read, and so that the UTF-8 rows of a file with a few GBK or corrupt ones keep their text.
     """
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return data.decode("utf-16", errors="replace")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError:
         pass
     lines = data.split(b"\n")
     non_ascii = [ln for ln in lines if not ln.isascii()]
-    bad_utf8 = sum(1 for ln in non_ascii if not _decodes(ln, "utf-8"))
-    if bad_utf8 * 2 > len(non_ascii):
-        return "\n".join(ln.decode("gb18030", errors="replace") for ln in lines)
-    return data.decode("utf-8", errors="replace").removeprefix("\ufeff")
+    gbk = sum(1 for ln in non_ascii if not _decodes(ln, "utf-8")) * 2 > len(non_ascii)
+
+    def line(ln: bytes) -> str:
+        if _decodes(ln, "utf-8"):
+            return ln.decode("utf-8")
+        return ln.decode("gb18030" if gbk and _decodes(ln, "gb18030") else "utf-8", errors="replace")
+
+    return "\n".join(line(ln) for ln in lines).removeprefix("\ufeff")
 
 
 def _decodes(b: bytes, enc: str) -> bool:

@@ -98,6 +98,27 @@ def test_gb18030_tsv_is_decoded(db, tmp_path):
         ("胆囊切除", ["胆囊切除术"]), ("甲状腺全切", ["甲状腺全部切除术"])]
 
 
+def test_the_utf8_rows_of_a_file_with_bad_bytes_keep_their_text(db, tmp_path):
+    """Two of three non-ASCII rows are not UTF-8 (neither are they GBK): they are rejected, and the UTF-8 row is
+    imported as written, where it was read as GBK (鑳嗗泭鍒囬櫎) and reported imported."""
+    s, vid = db
+    path = tmp_path / "mixed.csv"
+    path.write_bytes(b"mention\n\x80\x81abc\n" + "胆囊切除".encode() + b"\n" + "café".encode("latin-1") + b"\n")
+    rep = S.import_mentions(s, path, "mixed", vid)
+    assert problems(rep) == [(2, dbio.UNDECODABLE), (4, dbio.UNDECODABLE)] and adds_up(rep)
+    assert [m["text"] for m in S.mentions(s, rep.batch_id)] == ["胆囊切除"]
+
+
+def test_utf16_text_from_excel_is_decoded(db, tmp_path):
+    """Excel's "Unicode text" (UTF-16 with its BOM, tab-separated), as the Editions upload already read it."""
+    s, vid = db
+    path = tmp_path / "unicode.txt"
+    path.write_bytes("原始词\t标准词\r\n胆囊切除\t胆囊切除术\r\n".encode("utf-16"))
+    rep = S.import_mentions(s, path, "utf16", vid)
+    assert rep.errors == [] and rep.n_ok == 1 and adds_up(rep)
+    assert [(m["text"], m["gold_terms"]) for m in S.mentions(s, rep.batch_id)] == [("胆囊切除", ["胆囊切除术"])]
+
+
 def test_xlsx_with_good_and_bad_rows(db, tmp_path):
     s, vid = db
     wb = openpyxl.Workbook()
