@@ -63,7 +63,8 @@ if history:
 
 
 # ---------------------------------------------------------------- a new edition
-def on_import() -> None:
+def on_import(confirm_retired: int | None = None) -> None:
+    st.session_state.pop("ed_confirm", None)
     up = st.session_state.get("ed_file")
     if up is None:
         _ui.flash("error", "Choose the new edition's file first.")
@@ -80,7 +81,10 @@ def on_import() -> None:
     try:
         with _ui.session() as s:
             out = editions.import_edition(s, ctx.vocabulary_id, new, st.session_state.get("ed_label", ""),
-                                          ctx.username, source_file=up.name)
+                                          ctx.username, source_file=up.name, confirm_retired=confirm_retired)
+    except editions.RetirementNeedsConfirmation as e:  # asked below, for this very file
+        st.session_state["ed_confirm"] = {"file_id": up.file_id, "retired": e.retired, "message": str(e)}
+        return
     except (ValueError, PermissionError, KeyError) as e:
         _ui.flash("error", f"{up.name}: not imported: {e}")
         return
@@ -99,6 +103,11 @@ with st.container(border=True):
                        type=["txt", "tsv", "csv", "xlsx", "json"], key="ed_file")
     c[1].text_input("Edition label", key="ed_label", placeholder="e.g. v602, 2027")
     c[2].button("Import", type="primary", on_click=on_import, key="ed_import", width="stretch")
+    ask, up = st.session_state.get("ed_confirm"), st.session_state.get("ed_file")
+    if ask and up is not None and ask["file_id"] == up.file_id:
+        st.warning(ask["message"], icon=":material/warning:")
+        st.button(f"Import it and retire {ask['retired']} terms", on_click=on_import, args=(ask["retired"],),
+                  key="ed_import_confirm")
 
 # ---------------------------------------------------------------- what an edition changed
 later = [e for e in history if e["number"] > 1]

@@ -41,6 +41,19 @@ from termnorm.vocabulary import Vocabulary
 DIFF_LIST_LIMIT = 2000
 #: Decisions whose term was changed by an edition are mapped again: these actions carry terms.
 MAPPED_ACTIONS = ("accept", "correct", "auto")
+#: An edition retiring more than this share of the terms in force (and more than a handful) is imported only
+#: when the lead confirms that number: a truncated or wrong file must not retire a vocabulary in one click.
+CONFIRM_RETIRED_SHARE = 0.2
+
+
+class RetirementNeedsConfirmation(ValueError):
+    """The new edition would retire many terms: :func:`import_edition` again with ``confirm_retired=retired``."""
+
+    def __init__(self, source: str, retired: int, in_force: int):
+        self.retired, self.in_force = retired, in_force
+        super().__init__(f"{source} would retire {retired} of the {in_force} terms in force "
+                         f"({100 * retired // in_force}%); a truncated or wrong file? Nothing imported: confirm to "
+                         "import it")
 
 
 @dataclass
@@ -89,9 +102,11 @@ def diff_editions(old: dict[str, list[str]], new: Vocabulary) -> EditionDiff:
 
 
 def import_edition(s: Session, vocabulary_id: int, vocab: Vocabulary, label: str, username: str,
-                   source_file: str = "") -> dict:
+                   source_file: str = "", confirm_retired: int | None = None) -> dict:
     """Make ``vocab`` the edition in force of the vocabulary and send the decisions it broke to re-review.
 
+    An edition that would retire more than :data:`CONFIRM_RETIRED_SHARE` of the terms in force raises
+    :class:`RetirementNeedsConfirmation` unless ``confirm_retired`` is that number of terms.
     Lead or admin only (PermissionError). One transaction: the terms, the edition row with its diff, the
     flagged decisions and the audit entry are committed together. Returns the edition as :func:`editions`
     lists it, plus ``rereview`` (how many decisions were sent to re-review).
@@ -109,6 +124,9 @@ def import_edition(s: Session, vocabulary_id: int, vocab: Vocabulary, label: str
         if not any(diff.counts().values()):  # e.g. the same file imported twice (a double click)
             raise ValueError(f"{source_file or 'the file'} holds the same names and codes as edition {row.edition}, "
                              "the edition in force: nothing imported")
+        retired = len(diff.retired)
+        if retired > max(5, CONFIRM_RETIRED_SHARE * len(old)) and confirm_retired != retired:
+            raise RetirementNeedsConfirmation(source_file or "the new edition", retired, len(old))
         number = row.edition + 1
         _apply(s, row, terms, vocab, diff, number)
         reasons = _broken_decisions(s, vocabulary_id, terms, vocab, diff, number, label)

@@ -323,6 +323,30 @@ def test_a_new_edition_flags_exactly_the_affected_decisions(yidu_db, yidu):
         assert entry.username == "lead" and entry.details["rereview"] == 59
 
 
+def test_an_edition_retiring_most_terms_is_imported_only_when_that_number_is_confirmed(yidu_db, yidu):
+    """Seen in a browser: a one-row file retired 207 of 208 terms in one click. Now it is refused, nothing changed,
+    until the lead confirms the number it retires; a file retiring a few terms needs no confirmation."""
+    url, vid = yidu_db
+    truncated = Vocabulary()
+    for n in yidu.names[:100]:  # a file cut short: 100 of the 9,468 names
+        truncated.add_term(n, yidu.codes[n])
+    with S.session_scope(url) as s:
+        before = len(S.vocabulary_from_db(s, vid))
+        for confirm in (None, 10):  # not confirmed; a number that is not what it retires
+            with pytest.raises(editions.RetirementNeedsConfirmation, match=r"would retire 9368 of the 9468 terms"):
+                editions.import_edition(s, vid, truncated, "", "lead", source_file="code-cut.txt",
+                                        confirm_retired=confirm)
+        assert len(S.vocabulary_from_db(s, vid)) == before and editions.editions(s, vid)[-1]["number"] == 1
+        out = editions.import_edition(s, vid, truncated, "", "lead", source_file="code-cut.txt",
+                                      confirm_retired=9368)
+        assert out["number"] == 2 and out["counts"]["retired"] == 9368
+        assert len(S.vocabulary_from_db(s, vid)) == 100
+        small = Vocabulary()
+        for n in yidu.names[:97]:  # three retired: no question asked
+            small.add_term(n, yidu.codes[n])
+        assert editions.import_edition(s, vid, small, "", "lead")["counts"]["retired"] == 3
+
+
 def test_a_stored_suggestion_of_the_old_edition_is_not_served(yidu_db, yidu):
     url, vid = yidu_db
     new, changes = derived_edition(yidu, random.Random(3))

@@ -280,6 +280,41 @@ def test_lead_uploads_a_new_edition_and_the_coder_meets_the_rereview_first(app, 
     assert f"{renamed} was renamed {renamed}（2027） in edition 2 (2027)" in reasons[1]
 
 
+def test_a_truncated_edition_asks_before_it_retires_the_vocabulary(app, page, tmp_path):
+    """A user test: a one-row file on the Editions page retired 207 of 208 terms at one click. The page now says
+    what the file would retire and imports it only from a second, explicit button."""
+    from db import editions, services
+
+    with services.session_scope(app["url"]) as s:
+        vid = services.vocabulary_id(s, "demo-procedures")
+        vocab = services.vocabulary_from_db(s, vid)
+    keep = vocab.names[0]
+    edition = tmp_path / "procedures-cut.csv"
+    edition.write_text(f"code,name\n{vocab.codes[keep][0]},{keep}\n", encoding="utf-8")
+    page.goto(app["base"] + "/")
+    page.wait_for_selector("table.tn-cands")
+    name = page.get_by_label("Your name")
+    name.fill("lead")
+    name.press("Enter")
+    settle(page)
+    page.get_by_role("link", name="Editions").click()
+    page.wait_for_selector("text=Import a new edition")
+    page.locator("input[type=file]").set_input_files(str(edition))
+    settle(page)
+    button(page, "ed_import").click()
+    retired = len(vocab) - 1
+    page.wait_for_selector(f"text=would retire {retired} of the {len(vocab)} terms in force")
+    settle(page)
+    shot(page, tmp_path, "editions_confirm.png")
+    with services.session_scope(app["url"]) as s:
+        assert len(services.vocabulary_from_db(s, vid)) == len(vocab) and len(editions.editions(s, vid)) == 1
+    button(page, "ed_import_confirm").click()
+    page.wait_for_selector("text=Edition in force: 2")
+    with services.session_scope(app["url"]) as s:
+        assert services.vocabulary_from_db(s, vid).names == [keep]
+        assert editions.editions(s, vid)[-1]["counts"]["retired"] == retired
+
+
 def test_a_key_pressed_while_another_batch_opens_decides_nothing_unseen(app, page, tmp_path):
     """Seen in a browser: switching batch and pressing X within 0.2 s rejected the new batch's first mention,
     which its coder never saw (the key reached the buttons of the page being drawn)."""
