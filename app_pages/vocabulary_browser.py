@@ -90,6 +90,9 @@ def search_results(query: str) -> str | None:
                                "term": [c.term for c in results],
                                "found as": [found_tag(c) for c in results]}),
                  hide_index=True, width="stretch", height=min(38 + 35 * len(results), 320))
+    if st.session_state.get("vocab_term_of") != query:  # a new search shows its first result, not the last pick
+        st.session_state["vocab_term_of"] = query
+        st.session_state["vocab_term"] = results[0].term
     return st.selectbox("Term", [c.term for c in results], key="vocab_term")
 
 

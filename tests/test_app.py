@@ -637,6 +637,29 @@ def test_vocabulary_page_finds_the_leaves_under_a_typed_code_prefix(db_url):
     assert list(at.dataframe[0].value.term[:2]) == ["甲状腺病损切除术", "腔镜下甲状腺病损切除术"]
 
 
+def test_the_term_detail_follows_a_new_search(db_url):
+    """A user test: after PCI, searching ERCP+EST updated the table but the Term detail (codes, synonyms) still
+    showed PCI's term. A new query now shows its first result; a pick stays while the query does."""
+    at = start()
+    at.switch_page("app_pages/vocabulary_browser.py")
+    rerun(at)
+    at.text_input(key="vocab_q").set_value("ERCP+EST")
+    rerun(at)
+    later = list(at.dataframe[0].value.term)
+    at.text_input(key="vocab_q").set_value("PCI")
+    rerun(at)
+    second = next(t for t in at.dataframe[0].value.term[1:] if t in later)  # a term both searches list
+    at.selectbox(key="vocab_term").set_value(second)
+    rerun(at)
+    assert at.selectbox(key="vocab_term").value == second
+    at.text_input(key="vocab_q").set_value("ERCP+EST")
+    rerun(at)
+    first = at.dataframe[0].value.term.iloc[0]
+    assert first == "内镜逆行胰胆管造影[ERCP]" and at.selectbox(key="vocab_term").value == first
+    assert any(f"</span> {first}</b>" in m.value for m in at.markdown)  # its codes and hierarchy
+    assert not any(f"</span> {second}</b>" in m.value for m in at.markdown)
+
+
 def test_an_abbreviation_taught_on_the_vocabulary_page_is_found_on_the_coding_page(db_url):
     from db import abbreviations
 
