@@ -38,8 +38,11 @@ READING_COLUMN = "spelled_out"
 
 def is_precoded(path, columns=PRECODED_COLUMNS) -> bool:
     """Whether the file's header (JSON lines: its first object) has the columns ``termnorm normalize --output``
-    writes (or ``columns``)."""
+    writes (or ``columns``). An empty file has no header: it is not one."""
     try:
+        with open(path, "rb") as f:
+            if not f.read(1 << 16).strip():
+                return False
         next(read_rows(path, "mention", list(columns)), None)
     except Exception:
         return False

@@ -61,6 +61,13 @@ def test_a_precoded_file_becomes_a_batch_with_its_own_suggestions(db, precoded_f
     as_jsonl = tmp_path / "precoded.jsonl"
     as_jsonl.write_text(json.dumps({c: out.iloc[0][c] for c in out.columns}, ensure_ascii=False) + "\n", encoding="utf-8")
     assert not precoded.is_precoded(plain) and precoded.is_precoded(as_jsonl)
+    # an empty upload is no pre-coded file: the Import page said "every row was rejected" with nothing to show
+    empty = tmp_path / "empty.csv"
+    empty.write_bytes(b"")
+    header_only = tmp_path / "header.csv"
+    out.head(0).to_csv(header_only, index=False)
+    assert not precoded.is_precoded(empty) and precoded.is_precoded(header_only)
+    assert S.import_mentions(s, empty, "e", vid).summary().endswith("; empty file")
 
     report = precoded.import_precoded(s, edited, "history 2025", vid, shown_name="precoded.csv")
     assert report.batch_id is not None and report.n_mentions == len(texts)
