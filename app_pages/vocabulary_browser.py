@@ -37,6 +37,11 @@ def on_teach() -> None:
     the database."""
     ss = st.session_state
     abbr, expansion = ss.get("abbr_text", "").strip(), ss.get("abbr_expansion", "").strip()
+    with holder.lock:
+        listed = expansion in holder.engine.searcher.expansions(abbr)  # the shipped list's pairs too
+    if abbr and listed:
+        _ui.flash("error", f"{abbr} → {expansion} is already known.")
+        return
     try:
         with _ui.session() as s:
             new = abbreviations.add_abbreviation(s, ctx.vocabulary_id, abbr, expansion, ctx.username)
@@ -50,6 +55,9 @@ def on_teach() -> None:
         holder.engine.add_abbreviation(abbr, expansion)
         top = holder.engine.search_vocabulary(abbr, limit=1)
     _ui.flash("toast", f"{abbr} → {expansion} taught" + (f"; it now finds {top[0].term}" if top else ""))
+    if not any(expansion in n for n in vocab.names):
+        _ui.flash("warning", f"{abbr} → {expansion}: no name of {vocab.name} holds “{expansion}”, so a mention "
+                             f"with {abbr} is read as words no term is named by. Check the spelling.")
 
 
 def teach_section() -> None:

@@ -660,6 +660,29 @@ def test_the_term_detail_follows_a_new_search(db_url):
     assert not any(f"</span> {second}</b>" in m.value for m in at.markdown)
 
 
+def test_teaching_a_listed_pair_or_an_expansion_no_name_holds_is_said(db_url):
+    """A user test: PCI → 经皮冠状动脉介入治疗, already on the demo list, was stored again without a word, and an
+    expansion no term is named by was taken silently."""
+    from db import abbreviations
+
+    at = start()
+    at.switch_page("app_pages/vocabulary_browser.py")
+    rerun(at)
+    said = []
+    for abbr, expansion in (("pci", "经皮冠状动脉介入治疗"), ("ZZQ", "不存在的术式")):
+        at.text_input(key="abbr_text").set_value(abbr)
+        at.text_input(key="abbr_expansion").set_value(expansion)
+        at.button(key="abbr_teach").click()
+        rerun(at)
+        said.append(([e.value for e in at.error], [w.value for w in at.warning]))
+    assert len(said[0][0]) == 1 and said[0][0][0].startswith("pci → 经皮冠状动脉介入治疗 is already known") \
+        and not said[0][1]
+    assert not said[1][0] and any("holds “不存在的术式”" in w for w in said[1][1]), said[1]
+    with services.session_scope(db_url) as s:
+        vid = services.vocabulary_id(s, "demo-procedures")
+        assert abbreviations.abbreviations(s, vid) == [("ZZQ", "不存在的术式")]  # taught, with the warning
+
+
 def test_an_abbreviation_taught_on_the_vocabulary_page_is_found_on_the_coding_page(db_url):
     from db import abbreviations
 
