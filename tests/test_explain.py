@@ -51,3 +51,17 @@ def test_a_new_history_is_counted_afresh():
     assert explain.evidence(other, "胆囊切除", sug.candidates[:1])[0][0] == "never coded"
     assert explain.evidence(eng, "胆囊切除", sug.candidates[:1])[0][0] == "coded 1×"
     assert eng.__dict__["_evidence_counts"] is not other.__dict__["_evidence_counts"]
+
+
+def test_a_candidate_that_shares_nothing_says_so():
+    """A user test: for 奇怪的写法 (no procedure at all) a bypass term said only "never coded", and a term that
+    came in by history only said "coded 1×", which reads as a reason to pick it."""
+    eng = Engine.from_demo("procedures")
+    eng.add_coded_mention("阑尾切除术", ["阑尾切除术"])
+    why, sug = _why(eng, "奇怪的写法")
+    assert sug.candidates and all(ws == ["never coded", "shares nothing with the mention"] for ws in why.values())
+    eng.add_coded_mention("奇怪的写法", ["阑尾切除术"])  # now it comes in by history: "as written before" is evidence
+    why, _ = _why(eng, "奇怪的写法")
+    assert why["阑尾切除术"] == ["coded 2×", "as written before"]
+    why, _ = _why(eng, "甲状腺肿物切除")  # a candidate with evidence does not say it
+    assert why["甲状腺病损切除术"] == ["never coded", "shares 甲状腺", "learned: 肿物 → 病损"]
