@@ -216,13 +216,7 @@ def test_lead_approves_the_shown_decisions(app, page, tmp_path):
                 holder = _ui.build_holder(app["url"], services.vocabulary_id(s, "demo-procedures"))
                 sug = holder.suggest_and_store(s, [m["id"]], [m["text"]])[0]
             services.record_decision(s, m["id"], "coder", "accept")
-    page.goto(app["base"] + "/")
-    page.wait_for_selector("table.tn-cands")
-    name = page.get_by_label("Your name")
-    name.fill("lead")
-    name.press("Enter")
-    settle(page)
-    page.get_by_role("link", name="Review").click()  # in the same session: a new page load forgets the typed name
+    open_as_lead(app, page, "Review")  # in the same session: a new page load forgets the typed name
     page.wait_for_selector("text=decision(s) match")
     settle(page)
     assert "4" in page.locator("text=decision(s) match").first.inner_text()
@@ -237,6 +231,24 @@ def test_lead_approves_the_shown_decisions(app, page, tmp_path):
     assert [r["review_status"] for r in rows] == ["approved"] * 4
     assert {r["reviewed_by"] for r in rows} == {"lead"}
     assert page.locator("text=0 decision(s) match").count() == 1  # the unchecked filter is empty now
+
+
+def open_as_lead(app, page, link: str) -> None:
+    """Type the lead's name on the coding page, then follow the sidebar's ``link`` in the same session."""
+    page.goto(app["base"] + "/")
+    page.wait_for_selector("table.tn-cands")
+    name = page.get_by_label("Your name")
+    name.fill("lead")
+    name.press("Enter")
+    settle(page)
+    page.get_by_role("link", name=link).click()
+
+
+def upload_edition_as_lead(app, page, edition: Path) -> None:
+    """Open the Editions page as the lead and choose ``edition`` in its file box (not imported yet)."""
+    open_as_lead(app, page, "Editions")
+    page.wait_for_selector("text=Import a new edition")
+    page.locator("input[type=file]").set_input_files(str(edition))
 
 
 def test_lead_uploads_a_new_edition_and_the_coder_meets_the_rereview_first(app, page, tmp_path):
@@ -257,15 +269,7 @@ def test_lead_uploads_a_new_edition_and_the_coder_meets_the_rereview_first(app, 
     edition = tmp_path / "procedures-2027.csv"
     edition.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
-    page.goto(app["base"] + "/")
-    page.wait_for_selector("table.tn-cands")
-    name = page.get_by_label("Your name")
-    name.fill("lead")
-    name.press("Enter")
-    settle(page)
-    page.get_by_role("link", name="Editions").click()
-    page.wait_for_selector("text=Import a new edition")
-    page.locator("input[type=file]").set_input_files(str(edition))
+    upload_edition_as_lead(app, page, edition)
     page.get_by_label("Edition label").fill("2027")
     page.get_by_label("Edition label").press("Enter")
     settle(page)
@@ -291,15 +295,7 @@ def test_a_truncated_edition_asks_before_it_retires_the_vocabulary(app, page, tm
     keep = vocab.names[0]
     edition = tmp_path / "procedures-cut.csv"
     edition.write_text(f"code,name\n{vocab.codes[keep][0]},{keep}\n", encoding="utf-8")
-    page.goto(app["base"] + "/")
-    page.wait_for_selector("table.tn-cands")
-    name = page.get_by_label("Your name")
-    name.fill("lead")
-    name.press("Enter")
-    settle(page)
-    page.get_by_role("link", name="Editions").click()
-    page.wait_for_selector("text=Import a new edition")
-    page.locator("input[type=file]").set_input_files(str(edition))
+    upload_edition_as_lead(app, page, edition)
     settle(page)
     button(page, "ed_import").click()
     retired = len(vocab) - 1
