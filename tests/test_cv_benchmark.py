@@ -169,7 +169,7 @@ def test_kept_folds_are_taken_by_the_next_run_and_refitted_when_what_measured_th
 
     monkeypatch.setattr(cv, "run_fold", counted)
     # threads, not processes: the count is seen only in this process
-    monkeypatch.setattr(cv, "ProcessPoolExecutor", ThreadPoolExecutor)
+    monkeypatch.setattr(cv, "ProcessPoolExecutor", lambda max_workers, mp_context=None: ThreadPoolExecutor(max_workers))
     assert cv.main([*base, "--out", str(tmp_path / "b.json")]) == 0
     assert fitted == [1]  # fold 0 was taken from the kept file
     again = json.loads((tmp_path / "b.json").read_text(encoding="utf-8"))["results"]["yidu"]
