@@ -37,6 +37,8 @@ def on_teach() -> None:
     the database."""
     ss = st.session_state
     abbr, expansion = ss.get("abbr_text", "").strip(), ss.get("abbr_expansion", "").strip()
+    if not abbr and not expansion:  # a blank form, e.g. the second click of a double click (the form clears)
+        return
     with holder.lock:
         listed = expansion in holder.engine.searcher.expansions(abbr)  # the shipped list's pairs too
     if abbr and listed:
@@ -54,8 +56,9 @@ def on_teach() -> None:
     with holder.lock:
         holder.engine.add_abbreviation(abbr, expansion)
         top = holder.engine.search_vocabulary(abbr, limit=1)
-    _ui.flash("toast", f"{abbr} → {expansion} taught" + (f"; it now finds {top[0].term}" if top else ""))
-    if not any(expansion in n for n in vocab.names):
+    named = any(expansion in n for n in vocab.names)
+    _ui.flash("toast", f"{abbr} → {expansion} taught" + (f"; it now finds {top[0].term}" if top and named else ""))
+    if not named:
         _ui.flash("warning", f"{abbr} → {expansion}: no name of {vocab.name} holds “{expansion}”, so a mention "
                              f"with {abbr} is read as words no term is named by. Check the spelling.")
 

@@ -171,7 +171,8 @@ def evidence(engine, read: str, candidates, read_spans=None) -> list[list[str]]:
                 why.append(f"category {cats[0]} coded {c.category_uses[cats[0]]}×")
             if cand.scores.get("dense", 0.0) > 0:
                 why.append(f"close in meaning ({cand.scores['dense']:.2f})")
-        if not [w for w in why if not w.startswith(("coded ", "never coded"))]:
+        if not [w for w in why if not w.startswith(("coded ", "never coded"))] \
+                and not grams & char_bigrams(normalize(term)):
             why.append("shares nothing with the mention")  # a count alone read as a reason to pick it
         out.append(why)
     return out

@@ -678,6 +678,10 @@ def test_teaching_a_listed_pair_or_an_expansion_no_name_holds_is_said(db_url):
     assert len(said[0][0]) == 1 and said[0][0][0].startswith("pci → 经皮冠状动脉介入治疗 is already known") \
         and not said[0][1]
     assert not said[1][0] and any("holds “不存在的术式”" in w for w in said[1][1]), said[1]
+    assert not any("it now finds" in t.value for t in at.toast)  # no term to find: none is named
+    at.button(key="abbr_teach").click()  # the form cleared itself: a second click of a double click
+    rerun(at)
+    assert not at.error
     with services.session_scope(db_url) as s:
         vid = services.vocabulary_id(s, "demo-procedures")
         assert abbreviations.abbreviations(s, vid) == [("ZZQ", "不存在的术式")]  # taught, with the warning
