@@ -19,6 +19,9 @@ url = _ui.ready_database(_ui.db_url())
 
 if st.session_state.pop("_sso_logout", False):  # signed out after single sign-on: end the provider's sign-in here
     st.logout()
+if not auth.auth_enabled():  # the address keeps the typed name (?coder=): a reload or a bookmark of a lead's
+    # page is that user from the first run, whose pages are then known (it fell back to "coder" and the home page)
+    st.session_state.setdefault("username", (st.query_params.get("coder") or "coder")[:100])
 user = _ui.current_user()
 _ui.cookie_script()  # the session cookie of a sign-in or sign-out, set in the browser
 if user is None:
@@ -71,8 +74,6 @@ with st.sidebar:
         who[0].markdown(f"**{_ui.esc(user['username'])}** · {user['role']}")
         who[1].button("Sign out", on_click=_ui.sign_out, icon=":material/logout:", type="tertiary")
     else:  # sign-in switched off (TERMNORM_AUTH=off): the typed name says who decided
-        # the address keeps the name (?coder=), so a reload does not turn a coder into "coder" (a user test)
-        ss.setdefault("username", (st.query_params.get("coder") or "coder")[:100])
         st.text_input("Your name", max_chars=100, **_bound("_username", "username"))
     if ss.get("_unknown_link"):  # an old bookmark: say so, never open other work as if it were the one asked for
         st.warning(f"The address names {ss['_unknown_link']}, which does not exist (any more): pick the batch "

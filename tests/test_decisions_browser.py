@@ -311,6 +311,18 @@ def test_a_truncated_edition_asks_before_it_retires_the_vocabulary(app, page, tm
         assert editions.editions(s, vid)[-1]["counts"]["retired"] == retired
 
 
+def test_a_bookmarked_lead_page_opens_for_the_named_lead(app, page, tmp_path):
+    """A user test, sign-in off: reloading the Editions page (its address names the lead, ?coder=lead) said "Page
+    not found" and opened the coding queue, because the first run of the new session took the user for "coder"."""
+    page.goto(app["base"] + "/editions?coder=lead")
+    page.wait_for_selector("text=Import a new edition")
+    settle(page)
+    assert page.get_by_text("Page not found").count() == 0
+    page.reload()
+    page.wait_for_selector("text=Import a new edition")
+    assert page.get_by_role("link", name="Editions").count() == 1
+
+
 def test_a_key_pressed_while_another_batch_opens_decides_nothing_unseen(app, page, tmp_path):
     """Seen in a browser: switching batch and pressing X within 0.2 s rejected the new batch's first mention,
     which its coder never saw (the key reached the buttons of the page being drawn)."""
