@@ -105,7 +105,7 @@ with st.container(border=True):
     c[2].button("Import", type="primary", on_click=on_import, key="ed_import", width="stretch")
     ask, up = st.session_state.get("ed_confirm"), st.session_state.get("ed_file")
     if ask and up is not None and ask["file_id"] == up.file_id:
-        st.warning(ask["message"], icon=":material/warning:")
+        st.warning(_ui.md(ask["message"]), icon=":material/warning:")
         st.button(f"Import it and retire {ask['retired']} terms", on_click=on_import, args=(ask["retired"],),
                   key="ed_import_confirm")
 
