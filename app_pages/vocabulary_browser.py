@@ -78,8 +78,9 @@ def teach_section() -> None:
     with holder.lock:
         known = holder.engine.searcher.abbreviations()
     mine = {(normalize(r["abbreviation"]), r["expansion"]) for r in taught}
-    listed = [{"abbreviation": a, "expansion": e, "source": "list"} for a, e in known if (normalize(a), e) not in mine]
-    rows = taught + listed
+    listed = [{"abbreviation": a, "expansion": e, "scope": "", "source": "list", "added_by": "", "at": ""}
+              for a, e in known if (normalize(a), e) not in mine]  # every cell filled: no "None" on the page
+    rows = [{**r, "at": f"{r['at']:%Y-%m-%d %H:%M}" if r["at"] else ""} for r in taught] + listed
     if rows:
         st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", height=min(38 + 35 * len(rows), 320),
                      key="abbr_table")
