@@ -9,11 +9,22 @@ database per test). ``TERMNORM_TEST_BACKENDS=sqlite`` narrows a local run; CI ru
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 
 import pytest
 
 BACKENDS = tuple(b for b in os.environ.get("TERMNORM_TEST_BACKENDS", "sqlite,postgresql").split(",") if b)
+
+
+@pytest.fixture(autouse=True)
+def _main_module_kept():
+    """Streamlit's AppTest leaves the app script as ``sys.modules["__main__"]``; a process pool that spawns
+    (benchmarks/cv.py) runs the main module in each child, so a later test's pool ran the app there and broke."""
+    main = sys.modules.get("__main__")
+    yield
+    if main is not None:
+        sys.modules["__main__"] = main
 
 
 @pytest.fixture(scope="module")
