@@ -213,11 +213,12 @@ def candidate_table_html(cands: list[Candidate], mention_spans: list[KeywordSpan
                          tag, start: int = 1, same=None, why: list[list[str]] | None = None,
                          top: float | None = None) -> str:
     """The ranked candidates as one HTML table: rank, code, highlighted term, fused score and its parts; under
-    each term, when ``why`` is given, the evidence for it (termnorm.explain: a never-coded term's is marked). The
-    score bars are drawn against ``top`` (the best score of the whole list, when these are its later rows)."""
+    each term, when ``why`` is given, the evidence for it (termnorm.explain: a never-coded term's is marked). A
+    score bar is the fused score when scores are probabilities (a full bar is 1.0, so a 0.00 best is no bar), else
+    drawn against ``top`` (the best score of the whole list, when these are its later rows)."""
     if not cands:
         return '<div class="tn-legend">No candidate.</div>'
-    top = top or max((c.score for c in cands), default=1.0) or 1.0
+    top = max(1.0, top or max((c.score for c in cands), default=1.0))
     ranked = any("ranker" in c.scores for c in cands)  # the lexical-only engine has no ranker column
     rows = []
     for r, c in enumerate(cands, start=start):

@@ -3,6 +3,8 @@ and its place in the engine (score key "diff", saved with the pipeline, its abla
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from termnorm.engine import Engine, demo_vocabulary
@@ -160,3 +162,16 @@ def test_a_site_named_more_or_less_exactly_is_not_marked_another_site_and_type_s
     assert marks("右乳区段切除术", "甲状腺病损切除术") == ({"甲状腺": "mismatch", "病损": "mismatch", "切除术": "match"},
                                                          ["乳"])
     assert marks("甲状腺次全切除术", "甲状腺全部切除术") == ({"甲状腺": "match", "切除术": "mismatch"}, ["次全切除术"])
+
+
+def test_the_score_bar_is_the_probability_not_the_share_of_the_best():
+    """A best candidate at 0.004 (shown 0.00) drew a full bar: with a ranker, the bar is the probability itself."""
+    from app_pages import _ui
+
+    def bars(*scores):
+        cands = [Candidate(i, f"术{i}", s, {"tfidf": 0.1, "ranker": s}, [f"0{i}.1"]) for i, s in enumerate(scores)]
+        return re.findall(r'tn-bar" style="width:(\d+)px', _ui.candidate_table_html(cands, [], [], lambda t: []))
+
+    assert bars(0.004, 0.001) == ["2", "2"]
+    assert bars(0.9, 0.45) == ["54", "27"]
+    assert bars(6.0, 3.0) == ["60", "30"]  # the lexical-only engine's scores are not probabilities: against the best
