@@ -54,7 +54,8 @@ def _problems_table(frame: pd.DataFrame) -> None:
                      column_config={frame.columns[-1]: st.column_config.TextColumn(width="large")})
 
 
-def on_import() -> None:
+def on_import(again: bool = False) -> None:
+    """Import the chosen file; ``again``: also when a batch already holds its mentions (asked below)."""
     up = st.session_state.get("upload")
     if up is None:
         _ui.flash("error", "Choose a file first.")
@@ -64,8 +65,9 @@ def on_import() -> None:
     if report is None:
         # the upload goes in as is (db.imports reads Streamlit's UploadedFile): every problem names the file
         with _ui.session() as s:
-            report = services.import_mentions(s, up, name, ctx.vocabulary_id, username=ctx.username)
+            report = services.import_mentions(s, up, name, ctx.vocabulary_id, username=ctx.username, again=again)
     st.session_state["import_report"] = report
+    st.session_state["import_file_id"] = up.file_id  # a "import it again" answer is for this very file
     if report.batch_id is not None:
         st.session_state["batch_id"] = report.batch_id  # the sidebar switches to the new batch
 
@@ -108,6 +110,15 @@ if report is not None:
                    "(served most frequent text first).")
     elif report.batch_id is not None:
         st.success(f"{_ui.md(report.file)}: {report.n_imported} mention(s) imported as batch #{report.batch_id}.")
+    elif report.duplicate_of is not None:
+        dup = report.duplicate_of
+        st.warning(f"{_ui.md(report.file)}: nothing imported. Its {dup['n']:,} mention(s) are already batch "
+                   f"#{dup['id']} “{_ui.md(dup['name'])}”, imported {dup['created_at']:%Y-%m-%d %H:%M} UTC: "
+                   "importing the file again would have coders code every mention twice.",
+                   icon=":material/content_copy:")
+        up = st.session_state.get("upload")
+        if up is not None and up.file_id == st.session_state.get("import_file_id"):
+            st.button("Import it again as a new batch", on_click=on_import, args=(True,), key="import_again")
     else:
         why = "; ".join(e.problem for e in report.file_problems) or "every row was rejected (see the table below)"
         st.error(f"{_ui.md(report.file)}: nothing imported: {_ui.md(why)}")

@@ -71,14 +71,21 @@ def create_batch(s: Session, name: str, vocabulary_id: int, mentions: Sequence[s
 
 
 def import_mentions(s: Session, path, batch_name: str, vocabulary_id: int,
-                    username: str | None = None) -> dbio.ImportReport:
+                    username: str | None = None, again: bool = False) -> dbio.ImportReport:
     """Import a CSV / XLSX / CHIP-CDN JSON file (a path or an uploaded file) as a new batch.
 
     Bad rows are reported (file, row, problem) and skipped; good rows are
     imported, with notices on what was cleaned and on gold terms the vocabulary
     lacks. No batch is created when no row is good. Never raises for bad content.
+    A file whose good rows are the very mentions of a batch of the vocabulary (the same file imported
+    twice: coders would code every mention twice) imports nothing and names that batch in
+    ``duplicate_of``, unless ``again``.
     """
     read = dbio.read_mentions_report(path)
+    if read.good and not again:
+        earlier = same_mentions_batch(s, vocabulary_id, [m.text for m in read.good])
+        if earlier is not None:
+            return dbio.ImportReport(file=read.file, n_read=read.n_read, duplicate_of=earlier)
     notices = sorted(read.notices + _unknown_gold_notices(s, vocabulary_id, read.file, read.good),
                      key=lambda n: n.row or 0)
     report = dbio.ImportReport(file=read.file, errors=read.errors, notices=notices,
@@ -97,6 +104,20 @@ def import_mentions(s: Session, path, batch_name: str, vocabulary_id: int,
                "notices": [list(n) for n in report.notices[:200]]})
         s.commit()
     return report
+
+
+def same_mentions_batch(s: Session, vocabulary_id: int, texts: Sequence[str]) -> dict | None:
+    """The latest batch of the vocabulary holding exactly ``texts`` in this order, as ``{"id", "name",
+    "created_at", "n"}`` (``n`` its mentions); None if none. Only batches of the same size are read."""
+    want = [t.strip() for t in texts]
+    sized = s.scalars(select(Mention.batch_id).join(Batch, Batch.id == Mention.batch_id)
+                      .where(Batch.vocabulary_id == vocabulary_id).group_by(Mention.batch_id)
+                      .having(func.count() == len(want))).all()
+    for bid in sorted(sized, reverse=True):
+        if list(s.scalars(select(Mention.text).where(Mention.batch_id == bid).order_by(Mention.position))) == want:
+            b = s.get(Batch, bid)
+            return {"id": b.id, "name": b.name, "created_at": b.created_at, "n": len(want)}
+    return None
 
 
 def _unknown_gold_notices(s: Session, vocabulary_id: int, fname: str,

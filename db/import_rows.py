@@ -103,6 +103,9 @@ class ImportReport:
     gold_from: str = ""  # MentionsRead.gold_from
     n_gold: int = 0  # imported rows with gold terms
     sheets_left: list[str] = field(default_factory=list)  # MentionsRead.sheets_left
+    # a batch of the vocabulary already holding these very mentions ({"id", "name", "created_at", "n"}): the file
+    # imported again, so nothing was imported (db.batches.import_mentions, unless told to import it anyway)
+    duplicate_of: dict | None = None
 
     @property
     def n_ok(self) -> int:

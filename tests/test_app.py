@@ -287,6 +287,28 @@ def test_import_malformed_file_reports_bad_rows_and_keeps_good_ones(db_url, tmp_
 
 
 
+def test_importing_the_same_file_again_asks_first(db_url):
+    """The second import of a file names the batch that already holds its mentions and imports only when asked."""
+    at = start()
+    at.switch_page("app_pages/import_export.py")
+    rerun(at)
+    data = "mention\n胆囊切除\n阑尾切除\n".encode()
+    for _ in range(2):
+        at.file_uploader(key="upload").set_value(("ward7.csv", data, "text/csv"))
+        rerun(at)
+        at.button[0].click()  # Import
+        rerun(at)
+    warning = " ".join(w.value for w in at.warning)
+    assert "nothing imported" in warning and "already batch" in warning and "ward7" in warning
+    with services.session_scope(db_url) as s:
+        assert [b["name"] for b in services.batches(s)].count("ward7") == 1
+    at.button(key="import_again").click()
+    rerun(at)
+    assert any("2 mention(s) imported" in s.value for s in at.success)
+    with services.session_scope(db_url) as s:
+        assert [b["name"] for b in services.batches(s)].count("ward7") == 2
+
+
 def test_the_import_says_when_a_file_s_terms_become_gold(db_url):
     """A re-imported export (its 'terms' column) turned the coders' decisions into gold labels without a word:
     training and evaluation data the person importing must know about."""

@@ -270,6 +270,29 @@ def test_demo_mentions_import_cleanly(db):
     assert [m["gold_terms"] for m in ms] == [r["terms"].split("##") for r in rows]
 
 
+def test_the_same_file_imported_twice_makes_no_second_batch_unless_asked(db, tmp_path):
+    """One export imported twice made two batches of the same mentions: coders coded each mention twice."""
+    s, vid = db
+    path = tmp_path / "ward7.csv"
+    path.write_text("mention\n胆囊切除\n 阑尾切除 \n甲状腺全切\n", encoding="utf-8")
+    first = S.import_mentions(s, path, "ward 7", vid)
+    again = S.import_mentions(s, path, "ward 7 (monday)", vid)
+    assert again.batch_id is None and again.n_imported == 0 and again.n_read == 3
+    assert again.duplicate_of["id"] == first.batch_id and again.duplicate_of["name"] == "ward 7"
+    assert [b["name"] for b in S.batches(s, vid)] == ["ward 7"]
+    # other mentions, a subset, or another order are another file
+    path.write_text("mention\n胆囊切除\n阑尾切除\n", encoding="utf-8")
+    assert S.import_mentions(s, path, "part", vid).batch_id is not None
+    path.write_text("mention\n阑尾切除\n胆囊切除\n甲状腺全切\n", encoding="utf-8")
+    assert S.import_mentions(s, path, "reordered", vid).batch_id is not None
+    # told to, it imports the same file again
+    path.write_text("mention\n胆囊切除\n阑尾切除\n甲状腺全切\n", encoding="utf-8")
+    assert S.import_mentions(s, path, "ward 7", vid).duplicate_of["id"] == first.batch_id
+    forced = S.import_mentions(s, path, "ward 7 again", vid, again=True)
+    assert forced.batch_id is not None and forced.duplicate_of is None and forced.n_imported == 3
+    assert S.import_mentions(s, path, "third", vid).duplicate_of["id"] == forced.batch_id  # the latest is named
+
+
 @pytest.mark.skipif(not DATA.exists(), reason="shared data absent")
 def test_research_files_import_without_problems():
     good, bad = dbio.read_mentions(DATA / "chip-cdn" / "dev.json")
@@ -520,7 +543,7 @@ def test_an_export_carries_each_mention_s_source_row_and_note_back(db, tmp_path)
     assert [(r["source_row"], r["document"]) for r in recs] == [(2, note), (4, "")]
     for fmt in ("csv", "xlsx"):
         (tmp_path / f"export.{fmt}").write_bytes(S.export_decisions(s, rep.batch_id, fmt))
-        again = S.import_mentions(s, tmp_path / f"export.{fmt}", "again", vid)
+        again = S.import_mentions(s, tmp_path / f"export.{fmt}", "again", vid, again=True)  # batch "notes" has them
         back = S.mentions(s, again.batch_id)
         assert S.mention_documents(s, [m["id"] for m in back]) == {back[0]["id"]: note}, fmt
 
