@@ -61,7 +61,7 @@ def on_import(again: bool = False) -> None:
         _ui.flash("error", "Choose a file first.")
         return
     name = (st.session_state.get("batch_name") or "").strip() or Path(up.name).stem
-    report = _import_precoded(up, name)
+    report = _import_precoded(up, name, again)
     if report is None:
         # the upload goes in as is (db.imports reads Streamlit's UploadedFile): every problem names the file
         with _ui.session() as s:
@@ -72,7 +72,7 @@ def on_import(again: bool = False) -> None:
         st.session_state["batch_id"] = report.batch_id  # the sidebar switches to the new batch
 
 
-def _import_precoded(up, name: str):
+def _import_precoded(up, name: str, again: bool):
     """A file ``termnorm normalize --output`` wrote goes in with its suggestions (db.precoded); else None."""
     suffix = Path(up.name).suffix.lower()
     if suffix not in (".csv", ".tsv", ".xlsx", ".jsonl", ".parquet"):
@@ -86,7 +86,7 @@ def _import_precoded(up, name: str):
         try:
             with _ui.session() as s:
                 return precoded.import_precoded(
-                    s, path, name, ctx.vocabulary_id, ctx.username, shown_name=up.name,
+                    s, path, name, ctx.vocabulary_id, ctx.username, shown_name=up.name, again=again,
                     progress=lambda done, total: bar.progress(done / total, text=f"{done:,} / {total:,} suggestions"))
         finally:
             bar.empty()

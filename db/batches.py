@@ -92,8 +92,8 @@ def import_mentions(s: Session, path, batch_name: str, vocabulary_id: int,
                                n_read=read.n_read, n_rejected=read.n_rejected, gold_from=read.gold_from,
                                sheets_left=read.sheets_left)
     if read.good:
-        report.batch_id = create_batch(s, batch_name, vocabulary_id, read.good, username=username,
-                                       source_file=read.file)
+        report.batch_id = create_batch(s, free_name(s, vocabulary_id, batch_name, report), vocabulary_id,
+                                       read.good, username=username, source_file=read.file)
         report.n_imported = len(read.good)
         report.n_gold = sum(1 for m in read.good if m.terms)
     if report.errors or report.notices:
@@ -104,6 +104,20 @@ def import_mentions(s: Session, path, batch_name: str, vocabulary_id: int,
                "notices": [list(n) for n in report.notices[:200]]})
         s.commit()
     return report
+
+
+def free_name(s: Session, vocabulary_id: int, name: str, report: dbio.ImportReport) -> str:
+    """``name``, or ``name (2)`` ... when the vocabulary has a batch of that name already (said in a notice)."""
+    taken = set(s.scalars(select(Batch.name).where(Batch.vocabulary_id == vocabulary_id,
+                                                   func.lower(Batch.name).like(f"{name.lower()}%"))))
+    free, k = name, 1
+    while free in taken:
+        k += 1
+        free = f"{name} ({k})"
+    if free != name:
+        report.notices.append(dbio.ImportProblem(report.file, None, f"a batch named {name!r} exists already: "
+                                                                    f"this one is {free!r}"))
+    return free
 
 
 def same_mentions_batch(s: Session, vocabulary_id: int, texts: Sequence[str]) -> dict | None:

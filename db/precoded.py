@@ -17,12 +17,12 @@ import json
 import math
 from pathlib import Path
 
-from sqlalchemy import func, select, update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from db import imports as dbio
-from db.batches import create_batch, set_queue_order
-from db.models import Batch, Mention, Term
+from db.batches import create_batch, free_name, same_mentions_batch, set_queue_order
+from db.models import Mention, Term
 from db.suggestions import PRECODED, store_suggestions
 from termnorm.batch_io import read_rows
 from termnorm.errors import DataFormatError
@@ -50,9 +50,10 @@ def is_precoded(path, columns=PRECODED_COLUMNS) -> bool:
 
 
 def import_precoded(s: Session, path, batch_name: str, vocabulary_id: int, username: str | None = None,
-                    progress=None, shown_name: str | None = None) -> dbio.ImportReport:
+                    progress=None, shown_name: str | None = None, again: bool = False) -> dbio.ImportReport:
     """Import ``path`` as a new batch with its stored suggestions; ``progress(done, total)`` while storing.
-    Never raises for the file's content: problems are in the report (nothing imported on a file-level one)."""
+    Never raises for the file's content: problems are in the report (nothing imported on a file-level one).
+    A file whose mentions a batch already holds imports nothing unless ``again`` (db.batches.import_mentions)."""
     fname = shown_name or Path(path).name
     report = dbio.ImportReport(file=fname)
     if not is_precoded(path):
@@ -77,6 +78,10 @@ def import_precoded(s: Session, path, batch_name: str, vocabulary_id: int, usern
         return report
     if not first:
         return report
+    if not again:
+        report.duplicate_of = same_mentions_batch(s, vocabulary_id, list(first))
+        if report.duplicate_of is not None:
+            return report
     terms = {name: (pos, codes or ([code] if code else [])) for name, pos, code, codes in s.execute(
         select(Term.name, Term.position, Term.code, Term.codes).where(Term.vocabulary_id == vocabulary_id))}
     mentions, suggestions = [], []
@@ -85,7 +90,7 @@ def import_precoded(s: Session, path, batch_name: str, vocabulary_id: int, usern
         report.notices.extend(dbio.ImportProblem(fname, row, n) for n in notes)
         mentions.append(LabelledMention(text, [], row))
         suggestions.append(sug)
-    name = _free_name(s, vocabulary_id, batch_name, report)
+    name = free_name(s, vocabulary_id, batch_name, report)
     try:
         bid = create_batch(s, name, vocabulary_id, mentions, username=username, source_file=fname, commit=False)
         ids = dict(s.execute(select(Mention.position, Mention.id).where(Mention.batch_id == bid)).all())
@@ -109,20 +114,6 @@ def import_precoded(s: Session, path, batch_name: str, vocabulary_id: int, usern
         fname, None, f"{report.n_imported:,} rows hold {len(mentions):,} distinct texts: one mention per text, "
                      "with the file's suggestion; served most frequent text first"))
     return report
-
-
-def _free_name(s: Session, vocabulary_id: int, name: str, report: dbio.ImportReport) -> str:
-    """``name``, or ``name (2)`` ... when the vocabulary has a batch of that name already (said in a notice)."""
-    taken = set(s.scalars(select(Batch.name).where(Batch.vocabulary_id == vocabulary_id,
-                                                   func.lower(Batch.name).like(f"{name.lower()}%"))))
-    free, k = name, 1
-    while free in taken:
-        k += 1
-        free = f"{name} ({k})"
-    if free != name:
-        report.notices.append(dbio.ImportProblem(report.file, None, f"a batch named {name!r} exists already: "
-                                                                    f"this one is {free!r}"))
-    return free
 
 
 def _int(text) -> int:

@@ -105,6 +105,7 @@ def add_server_commands(sub) -> None:
     p.add_argument("--vocabulary", required=True, help="the app's vocabulary it was coded against (its name)")
     p.add_argument("--batch", help="the batch's name (default: the file name)")
     p.add_argument("--user", help="the account the import is audited as (default: none)")
+    p.add_argument("--again", action="store_true", help="import it even when a batch already holds its mentions")
     p.add_argument("--db", help="SQLAlchemy URL (default: $TERMNORM_DB_URL, else the data directory's SQLite file)")
     p.set_defaults(func=cmd_import_precoded)
 
@@ -152,8 +153,13 @@ def cmd_import_precoded(args: argparse.Namespace) -> int:
             bar.update(done - bar.n)
 
         report = precoded.import_precoded(s, args.file, args.batch or Path(args.file).stem, vid, args.user,
-                                          progress=progress)
+                                          progress=progress, again=args.again)
         bar.close()
+    if report.duplicate_of is not None:
+        dup = report.duplicate_of
+        print(f"error: {args.file}: nothing imported: batch #{dup['id']} {dup['name']!r} holds its {dup['n']:,} "
+              "mentions already (--again imports it as a new batch)", file=sys.stderr)
+        return 2
     print(report.summary() + (f"; batch #{report.batch_id}" if report.batch_id else ""))
     for e in [*report.errors, *report.notices][:20]:
         print(f"  {e}")

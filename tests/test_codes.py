@@ -125,7 +125,7 @@ def test_decisions_export_the_leaf_and_round_trip(yidu_db, yidu, tmp_path):
     path = tmp_path / "exported.csv"
     path.write_bytes(first)
     with S.session_scope(url) as s:
-        rep = S.import_mentions(s, path, "again", vid, username="alice")
+        rep = S.import_mentions(s, path, "again", vid, username="alice", again=True)  # the exported batch's mentions
         assert rep.batch_id and not rep.errors
         again = S.mentions(s, rep.batch_id)
         assert [m["text"] for m in again] == [f"{n}（右）" for n in names]

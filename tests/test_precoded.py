@@ -106,7 +106,9 @@ def test_a_precoded_file_becomes_a_batch_with_its_own_suggestions(db, precoded_f
         S.set_queue_order(s, report.batch_id, "random")
     # a file written before the reading column imports as before, every text read as written
     out.drop(columns="spelled_out").to_csv(tmp_path / "older.csv", index=False)
-    older = precoded.import_precoded(s, tmp_path / "older.csv", "older", vid)
+    # its texts are those of the batch above: not imported twice unless asked
+    assert precoded.import_precoded(s, tmp_path / "older.csv", "older", vid).duplicate_of["id"] == report.batch_id
+    older = precoded.import_precoded(s, tmp_path / "older.csv", "older", vid, again=True)
     assert older.n_mentions == len(texts) and older.n_rejected == 1  # the blank mention, as above
     assert {S.latest_suggestion(s, m["id"]).spelled_out for m in S.mentions(s, older.batch_id)} == {""}
 
@@ -131,6 +133,11 @@ def test_termnorm_import_precoded_from_the_command_line(precoded_file, tmp_path)
         b = S.batches(s)[-1]
         assert (b["name"], b["n_mentions"], b["queue_order"]) == ("h", 40, "frequency")
     S.dispose(url)
+    p = subprocess.run(run + ["--vocabulary", "procedures"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2 and f"batch #{b['id']} 'h' holds its 40 mentions already" in p.stderr
+    p = subprocess.run(run + ["--vocabulary", "procedures", "--batch", "h", "--again"], cwd=REPO, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0 and "a batch named 'h' exists already: this one is 'h (2)'" in p.stdout, p.stderr
 
 
 def test_the_coding_page_serves_the_files_suggestion_and_a_failed_import_leaves_nothing(db, precoded_file,
@@ -160,10 +167,10 @@ def test_the_coding_page_serves_the_files_suggestion_and_a_failed_import_leaves_
 
     monkeypatch.setattr(precoded, "STORE_CHUNK", 10)  # several chunks: the stop comes after the first
     with pytest.raises(KeyboardInterrupt):
-        precoded.import_precoded(s, path, "stopped", vid, progress=stop)
+        precoded.import_precoded(s, path, "stopped", vid, progress=stop, again=True)  # batch "h" holds its texts
     assert len(S.batches(s, vid)) == n_batches and s.scalar(select(Batch.id).where(Batch.name == "stopped")) is None
     # the same name again gets a number, said in a notice
-    again = precoded.import_precoded(s, path, "h", vid)
+    again = precoded.import_precoded(s, path, "h", vid, again=True)
     assert S.batches(s, vid)[-1]["name"] == "h (2)" and any("exists already" in n.problem for n in again.notices)
 
 
