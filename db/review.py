@@ -73,8 +73,10 @@ def approve(s: Session, decision_ids: Iterable[int], username: str, note: str = 
     """Approve decisions (lead or admin: PermissionError otherwise).
 
     Refused, each with its reason, and left unchanged: a decision that is not the mention's latest, one
-    without terms (flag / skip / reject), one already approved, and one made by ``username`` unless self-approval
-    is allowed. Returns ``{"approved": [ids], "refused": [(id, reason)]}``; one commit for all.
+    without terms (flag / skip / reject), one already approved, one in re-review (sent back, or broken by a new
+    edition: approving it would drop the note and leave the mention queued), and one made by ``username``
+    unless self-approval is allowed. Returns ``{"approved": [ids], "refused": [(id, reason)]}``; one commit for
+    all. The decisions are locked while they are checked, so two leads acting at once are taken in turn.
     """
     lead = auth.require(s, username, "lead")
     self_ok = bool(setting(s, SELF_APPROVAL, False))
@@ -87,6 +89,8 @@ def approve(s: Session, decision_ids: Iterable[int], username: str, note: str = 
             refused.append((d.id, f"a {d.action} is not an answer to approve: code the mention or send it back"))
         elif d.review_status == "approved":
             refused.append((d.id, "already approved"))
+        elif d.review_status == "needs_rereview":  # a page loaded before another lead sent it back, or an edition
+            refused.append((d.id, f"in re-review ({d.review_note or 'no note'}): the coder decides it again first"))
         elif d.user_id == lead.id and not self_ok:
             refused.append((d.id, "your own decision: another lead approves it (an admin can allow self-approval)"))
         else:
@@ -128,7 +132,7 @@ def send_back(s: Session, decision_ids: Iterable[int], username: str, note: str)
 
 def _decisions(s: Session, ids: Iterable[int], refused: list) -> list[Decision]:
     ids = [int(i) for i in dict.fromkeys(ids)]
-    found = {d.id: d for d in s.scalars(select(Decision).where(Decision.id.in_(ids)))} if ids else {}
+    found = {d.id: d for d in s.scalars(select(Decision).where(Decision.id.in_(ids)).with_for_update())} if ids else {}
     refused.extend((i, "no such decision") for i in ids if i not in found)
     return [found[i] for i in ids if i in found]
 

@@ -363,6 +363,29 @@ def test_a_stored_suggestion_of_the_old_edition_is_not_served(yidu_db, yidu):
 
 
 # ------------------------------------------------------------------ the lead's review
+def test_a_decision_sent_back_is_not_approved_from_a_page_loaded_before(yidu_db, yidu):
+    """Two leads on one Review page: one sent a decision back, the other's stale page approved it -- the note was
+    wiped, the export said approved, and the mention stayed queued for re-review."""
+    url, vid = yidu_db
+    with S.session_scope(url) as s:
+        bid = S.create_batch(s, "b", vid, ["a"])
+        mid = S.mentions(s, bid)[0]["id"]
+        suggest(s, [mid], yidu, [["胆囊切除术"]])
+        S.record_decision(s, mid, "alice", "accept")
+        did = int(review.review_frame(s, batch_id=bid)["decision_id"].iloc[0])
+        assert review.send_back(s, [did], "lead", "check the side")["sent_back"] == [did]
+        out = review.approve(s, [did], "admin")  # the other lead's page still lists it as unchecked
+        assert out["approved"] == [] and "in re-review" in dict(out["refused"])[did]
+        assert "check the side" in dict(out["refused"])[did]
+        row = review.review_frame(s, batch_id=bid).iloc[0]
+        assert row["review_status"] == "needs_rereview" and "check the side" in review.rereview_reason(s, mid)
+        assert S.next_mention(s, bid, "alice")["id"] == mid
+        # decided again, it is approvable
+        S.record_decision(s, mid, "alice", "correct", ["胆囊切除术"])
+        again = int(review.review_frame(s, batch_id=bid)["decision_id"].iloc[0])
+        assert review.approve(s, [again], "admin")["approved"] == [again]
+
+
 def test_review_approve_send_back_and_no_self_approval(yidu_db, yidu):
     url, vid = yidu_db
     names = ["甲状腺全部切除术", "胆囊切除术", "阑尾切除术", "输尿管导管插入术"]
