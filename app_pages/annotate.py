@@ -43,7 +43,7 @@ n_done = sum(m["terms"] is not None for m in queue)
 head[1].progress(n_done / len(queue) if queue else 0.0, text=f"**{n_done} / {len(queue)}** answered")
 
 revise_key = f"an_revise_{task_id}"
-current = next((m for m in queue if m["mention_id"] == ss.get(revise_key)), None) \
+current = next((m for m in queue if m["mention_id"] == ss.get(revise_key) and not m["final"]), None) \
     or next((m for m in queue if m["terms"] is None), None)
 
 
@@ -53,11 +53,15 @@ def answers_table() -> None:
         return
     with st.expander(f"My answers ({len(done)})", expanded=current is None):
         st.dataframe([{"#": m["position"], "mention": m["text"], "terms": " + ".join(m["terms"]) or "(no term fits)",
-                       "comment": m["comment"]} for m in done], hide_index=True, width="stretch")
+                       "comment": m["comment"], "adjudicated": "✓ final" if m["final"] else ""} for m in done],
+                     hide_index=True, width="stretch")
+        open_ = [m for m in done if not m["final"]]  # an adjudicated answer is final (db.gold.record_annotation)
+        if not open_:
+            return
         rc = st.columns([3, 1], vertical_alignment="bottom")
-        pick = rc[0].selectbox("Revise the answer for", [m["mention_id"] for m in done], key=f"an_pick_{task_id}",
+        pick = rc[0].selectbox("Revise the answer for", [m["mention_id"] for m in open_], key=f"an_pick_{task_id}",
                                format_func=_ui.distinct({m["mention_id"]: f'#{m["position"]} {m["text"]}'
-                                                         for m in done}).get)
+                                                         for m in open_}).get)
         if rc[1].button("Revise", key=f"an_revise_btn_{task_id}", width="stretch"):
             ss[revise_key] = pick
             st.rerun()

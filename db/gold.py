@@ -242,7 +242,8 @@ def my_tasks(s: Session, username: str) -> list[dict]:
 
 def annotation_queue(s: Session, task_id: int, username: str) -> list[dict]:
     """``username``'s mentions of the task in file order: mention_id, text, position, terms (their own latest
-    answer, None if not yet), comment. Only the user's own answers: annotators stay independent."""
+    answer, None if not yet), comment, final (adjudicated: the answer can no longer change). Only the user's own
+    answers: annotators stay independent."""
     u = auth.require(s, username, "annotator")
     own = (select(GoldAnnotation.mention_id, GoldAnnotation.terms, GoldAnnotation.comment)
            .where(GoldAnnotation.task_id == task_id, GoldAnnotation.user_id == u.id, GoldAnnotation.is_latest)
@@ -251,8 +252,10 @@ def annotation_queue(s: Session, task_id: int, username: str) -> list[dict]:
          .join(GoldAssignment, GoldAssignment.mention_id == Mention.id)
          .outerjoin(own, own.c.mention_id == Mention.id)
          .where(GoldAssignment.task_id == task_id, GoldAssignment.user_id == u.id).order_by(Mention.position))
+    final = set(s.scalars(select(GoldLabel.mention_id).where(GoldLabel.task_id == task_id,
+                                                              GoldLabel.source == "adjudicated")))
     return [{"mention_id": m, "text": t, "position": p, "terms": None if terms is None else list(terms),
-             "comment": c or ""} for m, t, p, terms, c in s.execute(q)]
+             "comment": c or "", "final": m in final} for m, t, p, terms, c in s.execute(q)]
 
 
 def next_annotation(s: Session, task_id: int, username: str) -> dict | None:
@@ -269,8 +272,9 @@ def record_annotation(s: Session, task_id: int, mention_id: int, username: str, 
     vocabulary (ValueError otherwise); empty = "no term fits". A new answer
     supersedes the user's previous one. When every assignee has answered and
     all sets are equal the mention gets an ``agreed`` gold label; if a later
-    change breaks the agreement, that label is withdrawn (an ``adjudicated``
-    label is never touched here).
+    change breaks the agreement, that label is withdrawn. Once a lead has
+    adjudicated the mention, answers are final (ValueError): a revision would
+    change the agreement figures and not the gold.
     """
     u = auth.require(s, username, "annotator")
     t = _task(s, task_id)
@@ -279,6 +283,10 @@ def record_annotation(s: Session, task_id: int, mention_id: int, username: str, 
         raise PermissionError(f"{u.username!r} is not assigned mention {mention_id} of gold task {task_id}")
     terms = _clean_terms(terms)
     _check_terms(s, t, terms)
+    label = _label(s, task_id, mention_id)
+    if label is not None and label.source == "adjudicated":  # the answers it settled stay as they were
+        pos = s.get(Mention, mention_id).position
+        raise ValueError(f"#{pos} was adjudicated by the lead: its gold answer is final and yours can no longer change")
     try:
         s.execute(update(GoldAnnotation).where(GoldAnnotation.task_id == task_id,
                                                GoldAnnotation.mention_id == mention_id,

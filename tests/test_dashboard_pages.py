@@ -201,6 +201,22 @@ def test_annotate_blind_search_add_save(world):
         assert gold.annotation_queue(s, tid, "li")[1]["terms"] == []
 
 
+def test_an_adjudicated_answer_is_shown_final_and_cannot_be_revised(world):
+    """After the lead adjudicated #4 an annotator could still revise it: the page said saved, the gold stayed, and
+    the agreement figures moved."""
+    mids = world["mentions"]
+    with services.session_scope(world["url"]) as s:
+        tid = gold.create_gold_task(s, "lead1", "t", world["batch_id"], ["li", "wang"])
+    annotate(world["url"], tid, mids, {"li": LI, "wang": WANG})
+    with services.session_scope(world["url"]) as s:
+        gold.adjudicate(s, "lead1", tid, mids[3], [B])
+    at = page_as("li", "annotate.py")
+    table = at.dataframe[0].value
+    assert table["adjudicated"].tolist() == ["", "", "", "✓ final", "", ""]
+    pick = at.selectbox(key=f"an_pick_{tid}")
+    assert len(pick.options) == 5 and not any(o.startswith("#4 ") for o in pick.options)
+
+
 def test_annotate_assisted_shows_candidates_without_preselection(world):
     with services.session_scope(world["url"]) as s:
         gold.create_gold_task(s, "lead1", "assisted", world["batch_id"], ["li", "wang"], mode="assisted")

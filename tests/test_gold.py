@@ -190,14 +190,18 @@ def test_agreed_mentions_go_to_gold_and_disagreements_wait_for_the_lead(world):
         assert gold.disagreement_queue(s, "lead1", tid)["gold"].tolist() == [B, f"{A}##{D}"]
         assert gold.gold_tasks(s, "lead1")[0]["n_to_adjudicate"] == 0
 
-        # a changed answer that breaks an agreement withdraws the agreed label; adjudicated labels stay
+        # a changed answer that breaks an agreement withdraws the agreed label; an adjudicated mention's answers
+        # are final: a revision was stored and counted in the agreement, the page saying "saved"
         gold.record_annotation(s, tid, mids[0], "wang", [B])
-        gold.record_annotation(s, tid, mids[3], "wang", [B])
+        with pytest.raises(ValueError, match="adjudicated by the lead"):
+            gold.record_annotation(s, tid, mids[3], "wang", [C])
         labels = gold.gold_labels(s, "lead1", tid).set_index("mention_id")
         assert mids[0] not in labels.index and labels.loc[mids[3], "source"] == "adjudicated"
-        assert gold.annotation_queue(s, tid, "wang")[0]["terms"] == [B]  # the latest answer
+        queue = gold.annotation_queue(s, tid, "wang")
+        assert queue[0]["terms"] == [B] and queue[3]["terms"] == [A]  # the latest answer; the final one unchanged
+        assert [m["final"] for m in queue] == [False, False, False, True, False, True]
         log = gold.audit_entries(s, "lead1", tid)
-        assert log["action"].value_counts().to_dict() == {"annotate": 14, "gold_agreed": 4, "adjudicate": 2,
+        assert log["action"].value_counts().to_dict() == {"annotate": 13, "gold_agreed": 4, "adjudicate": 2,
                                                           "gold_withdrawn": 1, "create_gold_task": 1}
         # CHIP-CDN export: what `termnorm evaluate --test` reads
         import json
