@@ -347,6 +347,10 @@ def create_user(s: Session, acting_user: str, username: str, password: str, role
     u = _get(s, username)
     if u is not None and u.password_hash is not None:
         raise ValueError(f"user {username!r} exists already")
+    twin = s.scalar(select(User.username).where(func.lower(User.username) == username.lower(),
+                                                User.username != username))
+    if twin is not None:  # LEAD1 beside lead1: two accounts a reader of the audit log takes for one
+        raise ValueError(f"user {twin!r} exists already: names differing only in case are one name here")
     if u is None:  # a name seen before (demo mode, decisions) gets its password now
         u = User(username=username, role=role)
         s.add(u)

@@ -142,6 +142,8 @@ def test_admin_manages_users(s, admin):
     assert auth.authenticate(s, "coder1", "new-coder-password") is not None
     with pytest.raises(ValueError, match="exists"):
         auth.create_user(s, admin, "coder1", "whatever-password")
+    with pytest.raises(ValueError, match="'lead1' exists already: names differing only in case"):
+        auth.create_user(s, admin, "LEAD1", "whatever-password", "admin")  # a look-alike of lead1
     with pytest.raises(ValueError, match="role"):
         auth.create_user(s, admin, "x", "whatever-password", "boss")
     roles = actions(s, "set_role")[0]
