@@ -1,8 +1,8 @@
 """Auto-coding (lead): accept the serving model's confident suggestions of a batch, at a threshold a lead can
 defend, with an audit that keeps measuring it.
 
-Top to bottom: the model version serving the sidebar's vocabulary, or why auto-coding is refused (the shipped
-model serves, or the version was never measured on held-out mentions); the target precision and minimum
+Top to bottom: the model version serving the sidebar's vocabulary, or why auto-coding is refused (it was never
+measured on held-out mentions: the shipped model is, by the first retraining's gate); the target precision and minimum
 support; the threshold: the lowest confidence whose precision has a 95% Clopper-Pearson lower bound at the
 target on the version's held-out mentions (termnorm.active.choose_threshold); what auto-coding would do to the
 sidebar's batch (a dry run of db.services.auto_code: the very rules the button applies); the audit share and
@@ -35,19 +35,27 @@ def refuse(why: str) -> None:
 
 
 # ---------------------------------------------------------------- the serving version and its held-out record
-version = serving.serving_version(ctx.url, ctx.vocabulary_id)
-if version is None:
-    refuse("the shipped model serves this vocabulary")
+promoted = serving.serving_version(ctx.url, ctx.vocabulary_id)
 with _ui.session() as s:
     registry = serving.registry(s, ctx.vocabulary_id)
-preds = registry.gold_predictions(version) if registry is not None else []
+record = registry.serving() if registry is not None else None  # the shipped model's once a retraining measured it
+if record is None:
+    refuse(f"{promoted} has no measurement on held-out mentions" if promoted else
+           "the shipped model serves this vocabulary and has not been measured on held-out mentions yet: "
+           "the first retraining measures it")
+preds = registry.gold_predictions(promoted)
 if not preds:
-    refuse(f"{version} has no predictions on held-out mentions stored")
+    refuse(f"{promoted or record['version']} has no predictions on held-out mentions stored")
+# the name its suggestions are stored under: a promoted version's own, the shipped engine's model version
+version = promoted or record.get("model_version", "")
 engine_version = ctx.holder().engine.model_version
 if engine_version != version:  # build_engine falls back to the shipped model for another vocabulary edition
-    refuse(f"{version} is promoted but the app serves {engine_version}: it was trained on another edition of "
+    refuse(f"{version or record['version']} was measured but the app serves {engine_version}: it was measured on "
+           "another edition of the vocabulary" if promoted is None else
+           f"{version} is promoted but the app serves {engine_version}: it was trained on another edition of "
            "the vocabulary")
-st.markdown(f"Serving model: **{_ui.esc(version)}**, measured on **{len(preds)}** held-out mentions.")
+measured = f" (the shipped model, as measured {record['measured'][:10]})" if promoted is None else ""
+st.markdown(f"Serving model: **{_ui.esc(version)}**{measured}, measured on **{len(preds)}** held-out mentions.")
 
 # ---------------------------------------------------------------- the threshold
 c = st.columns(3)

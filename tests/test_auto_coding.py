@@ -184,7 +184,8 @@ def test_page_refuses_while_the_shipped_model_serves_and_for_a_coder(team):
     at = page_as("lead1", team)
     assert [w.value for w in at.warning] == [
         "Auto-coding is refused: auto-coding needs the serving model measured on held-out mentions: fit or "
-        "retrain it on the Training page (the shipped model serves this vocabulary)."]
+        "retrain it on the Training page (the shipped model serves this vocabulary and has not been measured on "
+        "held-out mentions yet: the first retraining measures it)."]
     assert not at.button and not at.metric
     with services.session_scope(team["url"]) as s:
         engine = Engine(services.vocabulary_from_db(s, team["vid"]))
@@ -198,6 +199,32 @@ def test_page_refuses_while_the_shipped_model_serves_and_for_a_coder(team):
     at = page_as("coder1", team)
     assert at.error and "is a coder" in at.error[0].value
     assert not at.button and not at.number_input and not at.metric
+
+
+def test_the_shipped_model_once_measured_auto_codes_its_own_suggestions(team):
+    """A first retraining the gate refused measured the shipped model (Training page: its held-out accuracy and
+    confidence words), yet auto-coding called it unmeasured: a lead had to force a worse model to auto-code."""
+    url, vid, ids = team["url"], team["vid"], team["ids"]
+    with services.session_scope(url) as s:
+        shipped = serving.shipped_engine(services.vocabulary_from_db(s, vid), [])
+        texts = [m["text"] for m in services.mentions(s, team["bid"])]
+        services.store_suggestions(s, ids, shipped.suggest_batch(texts))
+        confs = {m["id"]: m["confidence"] for m in services.mentions(s, team["bid"])}
+    t = sorted(confs.values(), reverse=True)[5]
+    preds = [{"confidence": t, "correct": True}] * 200 + [{"confidence": t / 2, "correct": False}] * 100
+    reg = Registry.for_vocabulary("demo-procedures", team["root"])
+    reg.record_shipped({"accuracy": 0.67, "n": 300}, preds, model_version=shipped.model_version)
+    assert serving.serving_version(url, vid) is None  # nothing promoted: the shipped model serves
+    at = page_as("lead1", team)
+    assert not at.warning or all("refused" not in w.value for w in at.warning)
+    assert any(f"**{shipped.model_version}** (the shipped model, as measured" in m.value for m in at.markdown)
+    assert [m.value for m in at.metric][:2] == [f"{t:.4f}", "100.0%"]
+    hit = [i for i in ids if confs[i] >= t]
+    at.button(key="ac_go").click()
+    rerun(at)
+    assert any(f"Auto-coded {len(hit)} mention(s) with {shipped.model_version}" in x.value for x in at.success)
+    after = dict(zip(ids, states(url, ids)))
+    assert all(after[i][1] == "auto" for i in hit) and all(after[i] == ("suggested", None) for i in ids if i not in hit)
 
 
 def test_page_shows_threshold_interval_and_auto_codes_the_serving_versions_mentions(team):
