@@ -60,6 +60,8 @@ def on_import(again: bool = False) -> None:
     if up is None:
         _ui.flash("error", "Choose a file first.")
         return
+    if again and st.session_state.pop("import_again_for", None) != up.file_id:
+        again = False  # the second click of a double click: the answer was used, the file is a duplicate again
     name = (st.session_state.get("batch_name") or "").strip() or Path(up.name).stem
     report = _import_precoded(up, name, again)
     if report is None:
@@ -67,7 +69,8 @@ def on_import(again: bool = False) -> None:
         with _ui.session() as s:
             report = services.import_mentions(s, up, name, ctx.vocabulary_id, username=ctx.username, again=again)
     st.session_state["import_report"] = report
-    st.session_state["import_file_id"] = up.file_id  # a "import it again" answer is for this very file
+    if report.duplicate_of is not None:  # "Import it again" answers for this very file, once
+        st.session_state["import_again_for"] = up.file_id
     if report.batch_id is not None:
         st.session_state["batch_id"] = report.batch_id  # the sidebar switches to the new batch
 
@@ -117,7 +120,7 @@ if report is not None:
                    "importing the file again would have coders code every mention twice.",
                    icon=":material/content_copy:")
         up = st.session_state.get("upload")
-        if up is not None and up.file_id == st.session_state.get("import_file_id"):
+        if up is not None and up.file_id == st.session_state.get("import_again_for"):
             st.button("Import it again as a new batch", on_click=on_import, args=(True,), key="import_again")
     else:
         why = "; ".join(e.problem for e in report.file_problems) or "every row was rejected (see the table below)"

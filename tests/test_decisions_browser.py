@@ -398,3 +398,31 @@ def test_the_next_mention_opens_at_its_top_and_a_redraw_keeps_both_scroll_and_dw
             (first, "accept", "source-is-broader-than-target")]
         pg.wait_for_function(f"() => {main}.scrollTop === 0")
         assert pg.locator(".tn-mention").first.is_visible()
+
+
+def test_a_file_imported_twice_asks_and_a_double_click_on_the_answer_imports_it_once(app, page, tmp_path):
+    """The same file imported again made a second batch (coders coded every mention twice). Double clicks on
+    Import and on "Import it again" leave one batch each (once, by hand, the answer's double click made two: the
+    page now takes an answer once; the race does not reproduce at will)."""
+    from db import services
+
+    csv_file = tmp_path / "ward7.csv"
+    csv_file.write_text("mention\n胆囊切除\n阑尾切除\n甲状腺全切\n", encoding="utf-8")
+    open_as_lead(app, page, "Import / Export")
+    page.wait_for_selector("input[type=file]", state="attached")
+
+    def batches() -> list[str]:
+        with services.session_scope(app["url"]) as s:
+            return [b["name"] for b in services.batches(s) if b["name"].startswith("ward7")]
+
+    for _ in range(2):
+        page.locator("input[type=file]").set_input_files(str(csv_file))
+        settle(page)
+        page.get_by_role("button", name="Import", exact=True).dblclick()  # a double click imports once too
+        settle(page)
+    page.wait_for_selector("text=nothing imported")
+    assert batches() == ["ward7"]
+    button(page, "import_again").dblclick()
+    page.wait_for_selector("text=imported as batch")
+    settle(page)
+    assert batches() == ["ward7", "ward7 (2)"]
