@@ -245,7 +245,9 @@ def _line_cells(line: str, delimiter: str) -> list[str] | str:
         cells = next(csv.reader([line + "\n"], delimiter=delimiter), [])
     except csv.Error as e:  # e.g. a cell over csv.field_size_limit()
         return f"unreadable CSV row ({e})"
-    return UNBALANCED_QUOTE if any("\n" in c for c in cells) else cells
+    # a quote that never closes on this line (it opens a cell, or it closed one opened above: a quoted line break
+    # in a mention, which is read line by line) makes the line unreadable on its own, not a mention ending in "
+    return UNBALANCED_QUOTE if any("\n" in c for c in cells) or line.count('"') % 2 else cells
 
 
 def _records(lines: list[str], delimiter: str) -> list[tuple[int, int, list[str]]] | None:

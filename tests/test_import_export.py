@@ -344,6 +344,17 @@ def test_stray_quote_that_never_closes_does_not_swallow_the_file(tmp_path):
     assert read.n_read == 30 and adds_up(read)
 
 
+def test_a_quoted_line_break_in_a_mention_rejects_both_lines_and_imports_no_half(tmp_path):
+    """A one-column file pandas wrote with a line break inside a mention: the first line was rejected, the second
+    (第二行") imported as a mention of its own, and a coder coded it."""
+    path = tmp_path / "pandas.csv"
+    pd.DataFrame({"mention": ["阑尾切除", "胆囊切除术\n第二行", "甲状腺全切"]}).to_csv(path, index=False)
+    read = dbio.read_mentions_report(path)
+    assert [(e.row, e.problem) for e in read.errors] == [(3, dbio.UNBALANCED_QUOTE), (4, dbio.UNBALANCED_QUOTE)]
+    assert [(m.row, m.text) for m in read.good] == [(2, "阑尾切除"), (5, "甲状腺全切")]
+    assert read.n_read == 4 and adds_up(read)
+
+
 def test_quoted_cells_still_parse(db, tmp_path):
     s, vid = db
     path = tmp_path / "quoted.csv"
