@@ -235,9 +235,15 @@ def on_synonym(mention_id: int) -> None:
 
 
 # ---------------------------------------------------------------- the mention
-status = {"skipped": " · skipped before", services.REREVIEW: " · re-review"}.get(current.get("status"), "")
+status = {"skipped": " · skipped before", services.REREVIEW: " · re-review",
+          "flagged": " · flagged for a lead"}.get(current.get("status"), "")
 rows = f" · {current['frequency']:,} source rows share this text" if current.get("frequency") else ""
 st.caption(f"Mention #{current['position']} of {total}{status}{rows}")
+if current.get("status") == "flagged":  # served to leads: the coder's question comes with it
+    with _ui.session() as s:
+        flag = services.mention(s, mid)["decision"] or {}
+    st.info(f"**Flagged by {_ui.md(flag.get('user', '?'))}:** {_ui.md(flag.get('comment') or '(no comment)')}",
+            icon=":material/flag:")
 if current.get("status") == services.REREVIEW:
     with _ui.session() as s:
         before = services.mention(s, mid)["decision"]

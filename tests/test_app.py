@@ -213,6 +213,21 @@ def test_skip_moves_on_and_comes_back_last(db_url):
     assert current_id(at) != mid
 
 
+def test_a_lead_opening_a_flagged_mention_reads_the_coder_s_question(db_url):
+    """A lead served a flagged mention saw it like any open one: no flag, no comment."""
+    start()  # the first run seeds the demo vocabularies
+    small = add_batch(db_url, ["右侧甲状腺肿瘤切除术"], name="flag me")
+    with services.session_scope(db_url) as s:
+        services.ensure_user(s, "lead", role="lead")
+        mid = services.mentions(s, small)[0]["id"]
+        services.record_decision(s, mid, "dana", "flag", comment="两个部位，**请组长**确认")
+    at = start(batch=small, coder="lead")
+    assert current_id(at) == mid
+    assert any("flagged for a lead" in c.value for c in at.caption)
+    assert [i.value for i in at.info if "Flagged by" in i.value] == [
+        "**Flagged by dana:** 两个部位，\\*\\*请组长\\*\\*确认"]
+
+
 def test_a_colleague_on_the_same_batch_is_shown_other_mentions(db_url):
     at = start()
     mine = current_id(at)
