@@ -262,13 +262,20 @@ def md(text) -> str:
 #: from when it drew a mention to when it runs the click, so a loaded server can run late a key pressed 0.1 s
 #: after the page changed. In the page itself (a script added once to the app's document, outside the
 #: component's frame), every key press that is not typing and every click on a main-area button within
-#: MIN_MS of the mention on screen changing is dropped before Streamlit sees it.
+#: MIN_MS of the mention on screen changing is dropped before Streamlit sees it. "Changing" is the mention's
+#: text or the hidden echo of its id: a held key decided mentions 17-180 ms after their text showed while the
+#: echo, drawn last, still named the previous one.
 _DWELL_GUARD = """
 (function () {
   const w = window;
   if (w.__tnDwell) { w.__tnDwell.ms = MIN_MS; return; }
   const g = w.__tnDwell = {ms: MIN_MS, id: null, shownAt: 0};
-  const onScreen = () => { const el = document.querySelector('.st-key-_on_screen input'); return el ? el.value : null; };
+  // the echo field is drawn last, up to a second after the mention's text: a change of either restarts the dwell
+  const onScreen = () => {
+    const el = document.querySelector('.st-key-_on_screen input');
+    const t = document.querySelector('[data-testid="stMain"] .tn-mention');
+    return el ? el.value + '|' + (t ? t.textContent : '') : null;
+  };
   setInterval(() => { const v = onScreen(); if (v !== g.id) { g.id = v; g.shownAt = Date.now(); } }, 20);
   const early = () => g.id !== null && Date.now() - g.shownAt < g.ms;
   document.addEventListener('keydown', (e) => {
