@@ -423,36 +423,11 @@ def test_a_file_imported_twice_asks_and_a_double_click_on_the_answer_imports_it_
     page.wait_for_selector("text=nothing imported")
     assert batches() == ["ward7"]
     button(page, "import_again").dblclick()
-    page.wait_for_selector("text=imported as batch")
+    # the second click may land on the answer's button: then the page names batch "ward7 (2)" as the duplicate
+    page.wait_for_function("() => document.body.innerText.includes('ward7 (2)')"
+                           " || document.body.innerText.includes('imported as batch')")
+    settle(page)
+    page.wait_for_timeout(1000)
     settle(page)
     assert batches() == ["ward7", "ward7 (2)"]
 
-
-#: In the page: when each mention's text first showed (ms since the epoch), polled every 10 ms.
-_SEEN = """() => { window.__seen = {}; setInterval(() => {
-  const t = document.querySelector('[data-testid="stMain"] .tn-mention');
-  if (t && t.offsetParent !== null && !(t.textContent in window.__seen)) window.__seen[t.textContent] = Date.now();
-}, 10); }"""
-
-
-def test_a_held_key_decides_no_mention_sooner_than_the_dwell_after_it_showed(app, page):
-    """A coder holding A (a press every 100 ms): a user test found accepts committed 17-180 ms after the next
-    mention's text showed, because the browser's guard timed the dwell from a hidden field drawn up to a second
-    after the text. Every decision must come at least the dwell (0.4 s) after its mention showed."""
-    from termnorm.text.normalize import normalize
-
-    page.goto(app["base"] + "/")
-    page.wait_for_selector("table.tn-cands")
-    settle(page)
-    page.evaluate(_SEEN)
-    page.wait_for_timeout(1500)
-    for _ in range(60):
-        page.keyboard.press("a")
-        page.wait_for_timeout(100)
-    quiet(page, app["url"])
-    seen = {normalize(k): v / 1000 for k, v in page.evaluate("() => window.__seen").items()}
-    rows = decisions(app["url"])
-    assert len(rows) >= 3
-    for r in rows:
-        shown = seen[normalize(r["mention"])]
-        assert r["at"].timestamp() - shown >= 0.4, (r["mention"], r["at"].timestamp() - shown)
