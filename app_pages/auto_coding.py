@@ -50,10 +50,8 @@ if not preds:
 version = promoted or record.get("model_version", "")
 engine_version = ctx.holder().engine.model_version
 if engine_version != version:  # build_engine falls back to the shipped model for another vocabulary edition
-    refuse(f"{version or record['version']} was measured but the app serves {engine_version}: it was measured on "
-           "another edition of the vocabulary" if promoted is None else
-           f"{version} is promoted but the app serves {engine_version}: it was trained on another edition of "
-           "the vocabulary")
+    refuse(f"{version or record['version']} was measured but the app serves {engine_version}: it was made for "
+           "another edition of the vocabulary")
 measured = f" (the shipped model, as measured {record['measured'][:10]})" if promoted is None else ""
 st.markdown(f"Serving model: **{_ui.esc(version)}**{measured}, measured on **{len(preds)}** held-out mentions.")
 
