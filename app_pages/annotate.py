@@ -47,13 +47,17 @@ current = next((m for m in queue if m["mention_id"] == ss.get(revise_key) and no
     or next((m for m in queue if m["terms"] is None), None)
 
 
+def _status(m: dict) -> str:
+    return "✓ final (adjudicated)" if m["final"] else "agreed" if m["agreed"] else ""
+
+
 def answers_table() -> None:
     done = [m for m in queue if m["terms"] is not None]
     if not done:
         return
     with st.expander(f"My answers ({len(done)})", expanded=current is None):
         st.dataframe([{"#": m["position"], "mention": m["text"], "terms": " + ".join(m["terms"]) or "(no term fits)",
-                       "comment": m["comment"], "adjudicated": "✓ final" if m["final"] else ""} for m in done],
+                       "comment": m["comment"], "gold": _status(m)} for m in done],
                      hide_index=True, width="stretch")
         open_ = [m for m in done if not m["final"]]  # an adjudicated answer is final (db.gold.record_annotation)
         if not open_:
@@ -101,7 +105,11 @@ def _save(terms: list[str]) -> None:
         _ui.flash("error", f"Not saved: {e}")
         return
     _forget()
-    _ui.flash("toast", f"#{current['position']} saved: " + (" + ".join(terms) or "no term fits"))
+    said = f"#{current['position']} saved: " + (" + ".join(terms) or "no term fits")
+    if current["agreed"] and set(terms) != set(current["terms"]):  # db.gold._settle withdrew the agreed label
+        _ui.flash("warning", said + ". The agreed gold answer is withdrawn: the lead adjudicates this mention.")
+    else:
+        _ui.flash("toast", said)
 
 
 def on_save() -> None:
@@ -128,6 +136,9 @@ revising = " · revising your answer" if current["terms"] is not None else ""
 st.caption(f"Mention #{current['position']} · {task['name']}{revising}")
 _ui.markup(f'<div class="tn-mention">{_ui.highlight_html(text, spans)}</div>')
 _ui.markup(_ui.legend_html())
+if current["agreed"]:
+    st.warning("Every annotator of this mention gave your answer, so it is gold. A different answer withdraws that "
+               "gold and sends the mention to the lead to adjudicate.")
 
 if assisted:
     st.markdown("**Engine candidates** (assisted task: pick the right ones; none is pre-selected)")

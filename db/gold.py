@@ -204,6 +204,11 @@ def gold_tasks(s: Session, acting_user: str, batch_id: int | None = None,
     return out
 
 
+def _label_sources(s: Session, task_id: int) -> dict[int, str]:
+    """mention id -> how its gold label came (agreed / adjudicated), for the task's labelled mentions."""
+    return dict(s.execute(select(GoldLabel.mention_id, GoldLabel.source).where(GoldLabel.task_id == task_id)).all())
+
+
 def _progress(s: Session, task_id: int) -> dict:
     ann = (select(GoldAnnotation.mention_id, GoldAnnotation.user_id)
            .where(GoldAnnotation.task_id == task_id, GoldAnnotation.is_latest).subquery())
@@ -212,7 +217,7 @@ def _progress(s: Session, task_id: int) -> dict:
         .outerjoin(ann, and_(ann.c.mention_id == GoldAssignment.mention_id, ann.c.user_id == GoldAssignment.user_id))
         .where(GoldAssignment.task_id == task_id).group_by(GoldAssignment.mention_id)).all()
     complete = {m for m, n, k in per if n == k}
-    labels = dict(s.execute(select(GoldLabel.mention_id, GoldLabel.source).where(GoldLabel.task_id == task_id)).all())
+    labels = _label_sources(s, task_id)
     agreed = sum(1 for src in labels.values() if src == "agreed")
     adjudicated = sum(1 for src in labels.values() if src == "adjudicated")
     # a complete mention without an agreed label is a disagreement; it is open until adjudicated
@@ -242,8 +247,8 @@ def my_tasks(s: Session, username: str) -> list[dict]:
 
 def annotation_queue(s: Session, task_id: int, username: str) -> list[dict]:
     """``username``'s mentions of the task in file order: mention_id, text, position, terms (their own latest
-    answer, None if not yet), comment, final (adjudicated: the answer can no longer change). Only the user's own
-    answers: annotators stay independent."""
+    answer, None if not yet), comment, final (adjudicated: the answer can no longer change), agreed (every
+    assignee gave this answer: it is gold until one of them revises it). Only the user's own answers."""
     u = auth.require(s, username, "annotator")
     own = (select(GoldAnnotation.mention_id, GoldAnnotation.terms, GoldAnnotation.comment)
            .where(GoldAnnotation.task_id == task_id, GoldAnnotation.user_id == u.id, GoldAnnotation.is_latest)
@@ -252,10 +257,10 @@ def annotation_queue(s: Session, task_id: int, username: str) -> list[dict]:
          .join(GoldAssignment, GoldAssignment.mention_id == Mention.id)
          .outerjoin(own, own.c.mention_id == Mention.id)
          .where(GoldAssignment.task_id == task_id, GoldAssignment.user_id == u.id).order_by(Mention.position))
-    final = set(s.scalars(select(GoldLabel.mention_id).where(GoldLabel.task_id == task_id,
-                                                              GoldLabel.source == "adjudicated")))
+    labels = _label_sources(s, task_id)
     return [{"mention_id": m, "text": t, "position": p, "terms": None if terms is None else list(terms),
-             "comment": c or "", "final": m in final} for m, t, p, terms, c in s.execute(q)]
+             "comment": c or "", "final": labels.get(m) == "adjudicated", "agreed": labels.get(m) == "agreed"}
+            for m, t, p, terms, c in s.execute(q)]
 
 
 def next_annotation(s: Session, task_id: int, username: str) -> dict | None:
@@ -297,7 +302,7 @@ def record_annotation(s: Session, task_id: int, mention_id: int, username: str, 
         s.add(a)
         s.flush()
         _audit(s, u, "annotate", "mention", mention_id, {"task_id": task_id, "annotation_id": a.id, "terms": terms})
-        _settle(s, task_id, mention_id, [i for i, _ in assignees])
+        _settle(s, task_id, mention_id, [i for i, _ in assignees], label)
         s.commit()
     except BaseException:
         s.rollback()
@@ -305,12 +310,11 @@ def record_annotation(s: Session, task_id: int, mention_id: int, username: str, 
     return a.id
 
 
-def _settle(s: Session, task_id: int, mention_id: int, assignee_ids: list[int]) -> None:
-    """Agreed gold when every assignee answered with the same set; withdraw a stale agreed label."""
+def _settle(s: Session, task_id: int, mention_id: int, assignee_ids: list[int], label) -> None:
+    """Agreed gold when every assignee answered with the same set; withdraw a stale agreed ``label``."""
     answers = _latest_sets(s, task_id, mention_id)
     sets = [frozenset(answers[i]) for i in assignee_ids if i in answers]
     agreed = len(sets) == len(assignee_ids) and len(set(sets)) == 1
-    label = _label(s, task_id, mention_id)
     if label is not None and label.source == "adjudicated":
         return
     if agreed:

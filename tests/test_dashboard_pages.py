@@ -212,9 +212,39 @@ def test_an_adjudicated_answer_is_shown_final_and_cannot_be_revised(world):
         gold.adjudicate(s, "lead1", tid, mids[3], [B])
     at = page_as("li", "annotate.py")
     table = at.dataframe[0].value
-    assert table["adjudicated"].tolist() == ["", "", "", "✓ final", "", ""]
+    assert table["gold"].tolist() == ["agreed", "agreed", "agreed", "✓ final (adjudicated)", "agreed", ""]
     pick = at.selectbox(key=f"an_pick_{tid}")
     assert len(pick.options) == 5 and not any(o.startswith("#4 ") for o in pick.options)
+
+
+def test_revising_an_agreed_answer_says_it_withdraws_the_gold(world):
+    """li revised #1, which both annotators had answered alike: the page said "saved" and nothing else, and the
+    mention's gold answer was gone, waiting for the lead."""
+    mids = world["mentions"]
+    with services.session_scope(world["url"]) as s:
+        tid = gold.create_gold_task(s, "lead1", "t", world["batch_id"], ["li", "wang"])
+    annotate(world["url"], tid, mids, {"li": LI, "wang": WANG})
+    at = page_as("li", "annotate.py")
+    at.selectbox(key=f"an_pick_{tid}").set_value(mids[0])
+    press(at, at.button(key=f"an_revise_btn_{tid}"))
+    assert any("it is gold" in w.value for w in at.warning)
+    at.text_input(key=f"an_q_{tid}_{mids[0]}").set_value("甲状腺大部")
+    run(at)
+    press(at, at.button(key=f"an_add_{tid}_{mids[0]}_0"))
+    at.multiselect(key=f"an_terms_{tid}_{mids[0]}").set_value([B])
+    press(at, at.button(key=f"an_save_{tid}_{mids[0]}"))
+    said = [w.value for w in at.warning]
+    assert any("#1 saved" in w and "gold answer is withdrawn" in w for w in said), said
+    with services.session_scope(world["url"]) as s:
+        assert mids[0] not in set(gold.gold_labels(s, "lead1", tid)["mention_id"])
+    # revising an agreed answer to the same terms keeps the gold and says nothing more
+    at = page_as("li", "annotate.py")
+    at.selectbox(key=f"an_pick_{tid}").set_value(mids[1])
+    press(at, at.button(key=f"an_revise_btn_{tid}"))
+    press(at, at.button(key=f"an_save_{tid}_{mids[1]}"))
+    assert not any("withdrawn" in w.value for w in at.warning) and any("#2 saved" in t.value for t in at.toast)
+    with services.session_scope(world["url"]) as s:
+        assert mids[1] in set(gold.gold_labels(s, "lead1", tid)["mention_id"])
 
 
 def test_annotate_assisted_shows_candidates_without_preselection(world):
