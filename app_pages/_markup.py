@@ -14,12 +14,12 @@ import json
 import re
 
 from termnorm.records import KEYWORD_KINDS, Candidate, KeywordSpan
-from termnorm.text.normalize import normalize
+from termnorm.text.keywords import DECISIVE_KINDS, keyword_key
 
 # Kinds whose disagreement between mention and candidate is shown as a mismatch:
 # the body site and the procedure / disease type decide the code, while approach,
 # laterality and nature "usually do not" (methods.md, "What makes the task hard").
-MISMATCH_KINDS = ("site", "type")
+MISMATCH_KINDS = DECISIVE_KINDS
 
 KIND_LABELS = {"site": "site 部位", "type": "type 类型", "approach": "approach 入路",
                "laterality": "laterality 侧别", "nature": "nature 性质"}
@@ -83,13 +83,6 @@ def distinct(labels: dict) -> dict:
     return {k: f"{v} · #{k}" if count[v] > 1 else v for k, v in labels.items()}
 
 
-def keyword_key(span: KeywordSpan) -> str:
-    """What two keywords must share to be "the same": normalized text, a type without its
-    trailing 术 (mentions write 切除 / 探查 / 清扫 where terms write 切除术 / 探查术 / 清扫术)."""
-    text = normalize(span.text)
-    return text.removesuffix("术") or text if span.kind == "type" else text
-
-
 def _agree(m: KeywordSpan, t: KeywordSpan, same) -> bool:
     """A mention keyword and a term keyword of one kind mean the same: same text (:func:`keyword_key`), or a
     rewrite coders make (``same``: the engine's learned equivalences, Engine.same_keyword: 肿瘤 -> 病损)."""
@@ -129,10 +122,11 @@ def compare_keywords(mention_spans: list[KeywordSpan], term_spans: list[KeywordS
 
 
 def missing_keywords(mention_spans: list[KeywordSpan], term_spans: list[KeywordSpan],
-                     same=None) -> list[KeywordSpan]:
+                     same=None, dropped=None) -> list[KeywordSpan]:
     """Site / type keywords of the mention that the candidate lacks (shown greyed after the term): no keyword
     of the term agrees with them (:func:`_agree`) or holds them (肿瘤 in 恶性肿瘤: the term says more, which
-    the red mark on its keyword shows)."""
+    the red mark on its keyword shows), and coders do not leave them out of their terms (``dropped``:
+    termnorm.explain.dropped, 大脑 of 大脑开颅…脑膜瘤切除术 is detail no procedure term codes)."""
     seen, out = set(), []
     for m in mention_spans:
         key = (m.kind, keyword_key(m))
@@ -140,8 +134,21 @@ def missing_keywords(mention_spans: list[KeywordSpan], term_spans: list[KeywordS
         if m.kind in MISMATCH_KINDS and key not in seen and not held and not any(_agree(m, t, same)
                                                                                  for t in term_spans):
             seen.add(key)
-            out.append(m)
+            if dropped is None or not dropped(m):
+                out.append(m)
     return out
+
+
+def answered_part(parts: list[list[KeywordSpan]], term_spans: list[KeywordSpan], same=None) -> list[KeywordSpan]:
+    """The keywords of the part of a multi-part mention that a term answers: the part with the most keywords
+    agreeing with the term's (the first of equals; none when no part shares one). 胆囊切除术 answers 胆囊切除术 of
+    脾切除+胆囊切除术 and lacks nothing: 脾 is the other part's, answered by another term."""
+    best, score = [], 0
+    for spans in parts:
+        n = sum(1 for t in term_spans if any(_agree(m, t, same) or _nested_sites(m, t) for m in spans))
+        if n > score:
+            best, score = spans, n
+    return best
 
 
 def highlight_html(text: str, spans: list[KeywordSpan], marks: list[str | None] | None = None) -> str:
@@ -211,11 +218,14 @@ def code_cell(codes: list[str]) -> str:
 
 def candidate_table_html(cands: list[Candidate], mention_spans: list[KeywordSpan], chosen: list[str],
                          tag, start: int = 1, same=None, why: list[list[str]] | None = None,
-                         top: float | None = None) -> str:
+                         top: float | None = None, parts: list[list[KeywordSpan]] | None = None,
+                         dropped=None) -> str:
     """The ranked candidates as one HTML table: rank, code, highlighted term, fused score and its parts; under
     each term, when ``why`` is given, the evidence for it (termnorm.explain: a never-coded term's is marked). A
     score bar is the fused score when scores are probabilities (a full bar is 1.0, so a 0.00 best is no bar), else
-    drawn against ``top`` (the best score of the whole list, when these are its later rows)."""
+    drawn against ``top`` (the best score of the whole list, when these are its later rows). The keyword marks
+    compare a term with the mention, or with the part it answers when ``parts`` (each part's keywords) are given
+    (:func:`answered_part`); ``same`` / ``dropped``: see :func:`missing_keywords`."""
     if not cands:
         return '<div class="tn-legend">No candidate.</div>'
     top = max(1.0, top or max((c.score for c in cands), default=1.0))
@@ -223,23 +233,24 @@ def candidate_table_html(cands: list[Candidate], mention_spans: list[KeywordSpan
     rows = []
     for r, c in enumerate(cands, start=start):
         spans = tag(c.term)
-        marks = compare_keywords(mention_spans, spans, same)
+        kw = (answered_part(parts, spans, same) if parts and len(parts) > 1 else []) or mention_spans
+        marks = compare_keywords(kw, spans, same)
         term = highlight_html(c.term, spans, marks)
-        miss = missing_keywords(mention_spans, spans, same)
+        miss = missing_keywords(kw, spans, same, dropped)
         if miss:
             term += ' <span class="tn-miss">lacks ' + ", ".join(esc(s.text) for s in miss) + "</span>"
         if why:
             term += '<div class="tn-why">' + " · ".join(
                 f'<span class="tn-new">{esc(w)}</span>' if w == "never coded" else esc(w)
                 for w in why[r - start]) + "</div>"
-        parts = "".join(f'<span class="tn-part">{esc(k)} {v:.2f}</span>'
-                        for k, v in sorted(c.scores.items()) if k not in NOT_RECALL_SCORES)
+        found_by = "".join(f'<span class="tn-part">{esc(k)} {v:.2f}</span>'
+                           for k, v in sorted(c.scores.items()) if k not in NOT_RECALL_SCORES)
         ranker = (f'<td>{c.scores["ranker"]:.2f}</td>' if "ranker" in c.scores else "<td>–</td>") if ranked else ""
         width = max(2, int(60 * max(0.0, c.score) / top))
         cls = ' class="tn-pick"' if c.term in chosen else ""
         rows.append(f'<tr{cls}><td>{r}</td><td class="tn-code">{code_cell(c.codes)}</td><td>{term}</td>'
                     f'<td><span class="tn-bar" style="width:{width}px"></span>{c.score:.2f}</td>'
-                    f"<td>{parts}</td>{ranker}</tr>")
+                    f"<td>{found_by}</td>{ranker}</tr>")
     head = ("<tr><th>#</th><th>code</th><th>term</th><th>fused score</th><th>found by (recall scores)</th>"
             + ("<th>ranker</th>" if ranked else "") + "</tr>")
     return f'<table class="tn-cands">{head}{"".join(rows)}</table>'

@@ -286,12 +286,15 @@ same = holder.engine.same_keyword  # a keyword is marked missing / different onl
 # the marks compare the terms with the mention as the engine read it (卵巢Ca术后: 恶性肿瘤, not Ca)
 read_kw = holder.tag(spelled) if spelled != text else sug.keywords
 why = explain.evidence(holder.engine, spelled, sug.candidates, read_kw)  # what each candidate rests on
-_ui.markup(_ui.candidate_table_html(sug.candidates[:SHOWN], read_kw, sug.chosen, holder.tag, same=same, why=why))
+# a multi-part mention's marks compare each term with the part it answers; detail coders drop is not "lacking"
+mark_kw = dict(same=same, parts=[holder.tag(holder.engine.spelled_out(p)) for p in sug.parts],
+               dropped=lambda span: explain.dropped(holder.engine, span))
+_ui.markup(_ui.candidate_table_html(sug.candidates[:SHOWN], read_kw, sug.chosen, holder.tag, why=why, **mark_kw))
 if len(sug.candidates) > SHOWN:
     with st.expander(f"{len(sug.candidates) - SHOWN} more candidates"):
         _ui.markup(_ui.candidate_table_html(sug.candidates[SHOWN:], read_kw, sug.chosen, holder.tag,
-                                            start=SHOWN + 1, same=same, why=why[SHOWN:],
-                                            top=max(c.score for c in sug.candidates)))
+                                            start=SHOWN + 1, why=why[SHOWN:],
+                                            top=max(c.score for c in sug.candidates), **mark_kw))
 
 # ---------------------------------------------------------------- the terms to save, with the code each exports
 vocab = holder.engine.vocabulary

@@ -10,7 +10,10 @@ pipeline on a set's training file, suggests for its held-out file, and counts, f
 once with the marks as before (same text only) and once with the engine's learned equivalences
 (Engine.same_keyword: rewrites the surface-difference scorer learned from coders, weight >= threshold),
 for a few thresholds; the first two rows compare nested site keywords (乳 / 乳房) as written, the shipped
-marks let them agree (app_pages._markup.NESTED_SITES_AGREE). Writes ``benchmarks/results/keyword_marks.json``.
+marks let them agree (app_pages._markup.NESTED_SITES_AGREE). The last rows add what the coding page does since:
+a multi-part mention's term compared with the part it answers (app_pages._markup.answered_part), and a keyword
+coders leave out of their terms not marked as lacking (termnorm.explain.dropped, counted over the training
+file as the engine's history). Writes ``benchmarks/results/keyword_marks.json``.
 
     python3 benchmarks/keyword_marks.py            # Yidu-N7K val (a few minutes)
 """
@@ -28,14 +31,20 @@ sys.path.insert(0, str(ROOT))
 from benchmarks._results import write_json  # noqa: E402
 
 
-def marked(engine, sug, same) -> bool:
-    from app_pages._markup import compare_keywords, missing_keywords
+def marked(engine, sug, same, parts: bool = False, dropped: bool = False) -> bool:
+    """Whether the coding page marks the top candidate: as app_pages.coding_queue draws it when ``parts`` and
+    ``dropped`` (a multi-part mention's term against the part it answers; detail coders drop not lacking)."""
+    from app_pages._markup import answered_part, compare_keywords, missing_keywords
+    from termnorm import explain
 
     if not sug.candidates:
         return False
     spans = engine.tag(sug.candidates[0].term)
-    return bool(missing_keywords(sug.keywords, spans, same)) or "mismatch" in compare_keywords(sug.keywords, spans,
-                                                                                               same)
+    kw = sug.keywords
+    if parts and len(sug.parts) > 1:
+        kw = answered_part([engine.tag(p) for p in sug.parts], spans, same) or kw
+    drop = (lambda span: explain.dropped(engine, span)) if dropped else None
+    return bool(missing_keywords(kw, spans, same, drop)) or "mismatch" in compare_keywords(kw, spans, same)
 
 
 def main(argv=None) -> int:
@@ -63,8 +72,8 @@ def main(argv=None) -> int:
     fit_s = time.perf_counter() - t0
     right = [bool(s.candidates) and s.candidates[0].term in set(m.terms) for s, m in zip(sugs, test)]
 
-    def count(same) -> dict:
-        marks = [marked(eng, s, same) for s in sugs]
+    def count(same, parts=False, dropped=False) -> dict:
+        marks = [marked(eng, s, same, parts, dropped) for s in sugs]
         n_right = sum(right)
         return {"correct_marked": round(sum(k for k, r in zip(marks, right) if r) / max(1, n_right), 4),
                 "wrong_marked": round(sum(k for k, r in zip(marks, right) if not r) / max(1, len(right) - n_right), 4)}
@@ -82,6 +91,11 @@ def main(argv=None) -> int:
         reading.SAME_KEYWORD_WEIGHT = th
         rows.append({"marks": f"learned equivalences, weight >= {th}", **count(eng.same_keyword)})
     reading.SAME_KEYWORD_WEIGHT = default
+    rows += [{"marks": "learned equivalences, each term against the part of the mention it answers",
+              **count(eng.same_keyword, parts=True)},
+             {"marks": "learned equivalences, detail coders leave out not lacking", **count(eng.same_keyword,
+                                                                                        dropped=True)},
+             {"marks": "both (shipped)", **count(eng.same_keyword, parts=True, dropped=True)}]
     for r in rows:
         print(f"{r['marks']:70s} correct top candidates marked {r['correct_marked']:.3f}, "
               f"wrong ones marked {r['wrong_marked']:.3f}")

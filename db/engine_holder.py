@@ -14,7 +14,7 @@ import threading
 
 from db import serving, services
 from db.suggestions import PRECODED
-from termnorm import reading
+from termnorm import explain, reading
 from termnorm.engine import Engine, demo_mentions, demo_vocabulary
 from termnorm.records import Candidate, KeywordSpan, Suggestion
 from termnorm.text.normalize import char_bigrams, normalize
@@ -187,6 +187,7 @@ def build_holder(url: str, vocabulary_id: int, version: str | None = None, editi
     """The serving engine of a stored vocabulary (db.serving.build_engine) with what the app needs around it."""
     engine = serving.build_engine(url, vocabulary_id, version)
     engine.warm_search()  # the coding page's search box: built now, not on a coder's first keystroke
+    explain.counts(engine)  # the candidate table's evidence and keyword-drop counts (tags the coded history)
     return EngineHolder(engine, vocabulary_id, edition)
 
 

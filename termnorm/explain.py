@@ -16,6 +16,7 @@ import threading
 from collections import Counter
 
 from termnorm.rank.hierarchy import categories
+from termnorm.text.keywords import DECISIVE_KINDS, keyword_key
 from termnorm.text.normalize import char_bigrams, normalize
 
 #: Coded mentions of one term compared with the mention to find the most similar one (the latest ones).
@@ -28,6 +29,12 @@ SHARED_SHOWN = 3
 #: marks' termnorm.reading.SAME_KEYWORD_WEIGHT, since a named pair must read as right to a coder (肿物 -> 病损 3.2,
 #: 电切术 -> 切除术 2.0, 肿瘤 -> 病损 1.7 on the demo model; 肿物 -> 活组织检查 1.5, a coding habit, not a synonym).
 REWRITE_SHOWN = 1.5
+#: A site or type keyword of a mention that coders leave out of the terms they choose, with nothing of its kind in
+#: its place, in at least this share of the coded mentions holding it (and in DROPPED_MIN_CODED of them at least)
+#: is detail the vocabulary does not code (大脑 in 大脑开颅、右额叶脑膜瘤切除术 -> 脑膜病损切除术): the candidate table
+#: does not mark a term as lacking it (benchmarks/keyword_marks.py measures the marks).
+DROPPED_SHARE = 0.5
+DROPPED_MIN_CODED = 3
 _LOCK = threading.Lock()
 
 
@@ -46,6 +53,9 @@ class _Counts:
         self.category_uses: Counter = Counter()
         self.texts: dict[str, list[str]] = {}
         self.cat_cache: dict = {}
+        self.kw_coded: Counter = Counter()  # (kind, keyword_key) -> coded mentions holding it
+        self.kw_dropped: Counter = Counter()  # ... whose terms leave it out with nothing of its kind instead
+        self.term_keys: dict[str, set] = {}
 
     def update(self, engine) -> "_Counts":
         with _LOCK:  # one app server draws several coders' pages at once on one engine
@@ -57,7 +67,9 @@ class _Counts:
         if id(history) != self.history_id or len(history) < self.seen:  # a new history: count it again
             self.seen, self.history_id = 0, id(history)
             self.uses, self.category_uses, self.texts = Counter(), Counter(), {}
+            self.kw_coded, self.kw_dropped = Counter(), Counter()
         for m in history[self.seen:]:
+            self._count_drops(engine, m)
             for t in set(m.terms):
                 self.uses[t] += 1
                 self.texts.setdefault(t, []).append(m.text)
@@ -65,6 +77,23 @@ class _Counts:
                 if cats:
                     self.category_uses[cats[0]] += 1
         self.seen = len(history)
+
+    def _count_drops(self, engine, m) -> None:
+        text = normalize(m.text)
+        terms = [normalize(t) for t in m.terms]
+        keys = set().union(*(self._keys(engine, t) for t in m.terms)) if m.terms else set()
+        new_kinds = {kind for kind, key in keys if key not in text}  # a keyword the terms bring: a rewrite
+        for kind, key in {(s.kind, keyword_key(s)) for s in engine.tag(m.text) if s.kind in DECISIVE_KINDS}:
+            self.kw_coded[kind, key] += 1
+            if kind not in new_kinds and not any(key in t for t in terms):
+                self.kw_dropped[kind, key] += 1
+
+    def _keys(self, engine, term: str) -> set:
+        got = self.term_keys.get(term)
+        if got is None:
+            got = {(s.kind, keyword_key(s)) for s in engine.tag(term) if s.kind in DECISIVE_KINDS}
+            self.term_keys[term] = got
+        return got
 
 
 def counts(engine) -> _Counts:
@@ -74,6 +103,14 @@ def counts(engine) -> _Counts:
         got = engine.__dict__["_evidence_counts"] = _Counts()
         got.engine_id = id(engine)
     return got.update(engine)
+
+
+def dropped(engine, span) -> bool:
+    """Whether coders leave the mention keyword ``span`` out of the terms they choose (:data:`DROPPED_SHARE`)."""
+    c = counts(engine)
+    key = (span.kind, keyword_key(span))
+    n = c.kw_coded.get(key, 0)
+    return n >= DROPPED_MIN_CODED and c.kw_dropped.get(key, 0) >= DROPPED_SHARE * n
 
 
 def _best_surface(engine, term: str, grams: set[str], text: str) -> str | None:

@@ -65,3 +65,30 @@ def test_a_candidate_that_shares_nothing_says_so():
     assert why["阑尾切除术"] == ["coded 2×", "as written before"]
     why, _ = _why(eng, "甲状腺肿物切除")  # a candidate with evidence does not say it
     assert why["甲状腺病损切除术"] == ["never coded", "shares 甲状腺", "learned: 肿物 → 病损"]
+
+
+def test_detail_coders_leave_out_is_not_marked_lacking_a_site_they_keep_still_is():
+    """颈部 of 颈部甲状腺肿物切除术 is detail no procedure term codes: once coders have left it out of the term they
+    chose three times (explain.DROPPED_MIN_CODED), the candidate table stops saying "lacks 颈部". 胸骨, which
+    coders keep (胸骨后甲状腺病损切除术), is still marked where a term lacks it; 肿物 -> 病损 is a rewrite, not a drop."""
+    from app_pages import _ui
+    from termnorm.records import Candidate
+
+    eng = Engine.from_demo("procedures")
+    term = "甲状腺病损切除术"
+
+    def lacks(mention):
+        html = _ui.candidate_table_html([Candidate(0, term, 0.5, {}, [])], eng.tag(mention), [term], eng.tag,
+                                        same=eng.same_keyword, dropped=lambda span: explain.dropped(eng, span))
+        return html.split("lacks ")[1].split("<")[0] if "lacks " in html else ""
+
+    assert lacks("颈部甲状腺肿物切除术") == "颈部" and lacks("胸骨后甲状腺肿物切除") == "胸骨"
+    for i, site in enumerate(["左", "右", ""]):
+        eng.add_coded_mention(f"颈部{site}甲状腺肿物切除", [term])
+        eng.add_coded_mention("胸骨后甲状腺肿物切除", ["胸骨后甲状腺病损切除术"])
+        assert lacks("颈部甲状腺肿物切除术") == ("" if i == 2 else "颈部"), i  # three coded mentions, not two
+    assert lacks("胸骨后甲状腺肿物切除") == "胸骨"
+    c = explain.counts(eng)
+    assert c.kw_coded["site", "颈部"] == 3 and c.kw_dropped["site", "颈部"] == 3
+    assert c.kw_coded["type", "肿物"] == 6 and c.kw_dropped["type", "肿物"] == 0  # rewritten as 病损, not dropped
+    assert c.kw_dropped["site", "胸骨"] == 0

@@ -164,6 +164,29 @@ def test_a_site_named_more_or_less_exactly_is_not_marked_another_site_and_type_s
     assert marks("甲状腺次全切除术", "甲状腺全部切除术") == ({"甲状腺": "match", "切除术": "mismatch"}, ["次全切除术"])
 
 
+def test_a_multi_part_mention_s_term_is_marked_against_the_part_it_answers():
+    """脾切除+胆囊切除术 needs two terms: 胆囊切除术 said "lacks 脾", the other part's site, which its other term
+    answers (on Yidu-N7K val such rows were a good share of the marks on correct answers). A term is now
+    compared with the part it answers; one that shares no keyword with any part, with the whole mention."""
+    from app_pages import _ui
+
+    eng = Engine(demo_vocabulary("procedures"))
+    mention = "脾切除+胆囊切除术"
+    parts = [eng.tag(p) for p in eng.suggest(mention).parts]
+    assert len(parts) == 2
+
+    def table(term, parts=None, *more):
+        return _ui.candidate_table_html(cands(term, *more), eng.tag(mention), [term], eng.tag,
+                                        same=eng.same_keyword, parts=parts)
+
+    assert "lacks 脾" in table("胆囊切除术")
+    assert "lacks" not in table("胆囊切除术", parts) and "lacks" not in table("全脾切除术", parts)
+    assert "lacks" not in table("全脾切除术", parts, "胆囊切除术", "腹腔镜下胆囊切除术")  # every row, not the first
+    wrong = table("阑尾切除术", parts)  # it answers the first part by its type, and says what it lacks there
+    assert "lacks 脾" in wrong and "kw-mismatch" in wrong
+    assert "lacks 脾, 切除, 胆囊" in table("肝移植术", parts)  # no part in common: against the whole mention
+
+
 def test_the_score_bar_is_the_probability_not_the_share_of_the_best():
     """A best candidate at 0.004 (shown 0.00) drew a full bar: with a ranker, the bar is the probability itself."""
     from app_pages import _ui

@@ -56,6 +56,17 @@ _FILE_KINDS = (("lateral", "laterality"), ("nature", "nature"), ("approach", "ap
                ("site", "site"), ("type", "type"))
 
 
+#: The keyword kinds that decide a code: the body site and the procedure / disease type (methods.md)
+DECISIVE_KINDS = ("site", "type")
+
+
+def keyword_key(span: KeywordSpan) -> str:
+    """What two keywords must share to be "the same": normalized text, a
+    type without its trailing 术 (mentions write 切除 / 探查 / 清扫 where terms write 切除术 / 探查术 / 清扫术)."""
+    text = normalize(span.text)
+    return text.removesuffix("术") or text if span.kind == "type" else text
+
+
 def read_keyword_dir(folder) -> dict[str, list[str]]:
     """Keyword words per kind from the ``*.txt`` files of a folder.
 
