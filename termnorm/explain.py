@@ -7,7 +7,8 @@ with the mention, the rewrites coders apply elsewhere that reconcile the rest (è
 surface-difference scorer), how often its category was coded (its siblings), and the dense encoder's closeness.
 
 The counts are kept on the engine and brought up to date as coders decide (the history only grows between
-rebuilds); nothing here changes a score.
+rebuilds); nothing here changes a score. They also say which keywords of a mention coders leave out of the terms
+they choose (:func:`dropped`), so the candidate table does not mark a term as lacking detail no term codes.
 """
 
 from __future__ import annotations
