@@ -91,8 +91,12 @@ st.session_state.setdefault(f"shown_at_{mid}", time.time())
 # coder never saw -- in the browser, Clear then Save within ~300 ms used to save the engine's terms.
 box_version = st.session_state.setdefault(f"boxv_{mid}", 0)
 sel_key = f"terms_{mid}" if box_version == 0 else f"terms_{mid}_v{box_version}"
+# terms that share nothing with the mention (a string of digits, a word of no procedure) are shown, not put in
+# the box: Save on a box the coder did not fill must not record a guess (termnorm.explain's "shares nothing")
+groundless = bool(sug.chosen) and all(explain.NOTHING in why for why in explain.evidence(
+    holder.engine, sug.spelled_out or text, [c for c in sug.candidates if c.term in sug.chosen]))
 if sel_key not in st.session_state:
-    st.session_state[sel_key] = list(st.session_state.get(f"boxinit_{mid}", sug.chosen))
+    st.session_state[sel_key] = list(st.session_state.get(f"boxinit_{mid}", [] if groundless else sug.chosen))
 rel_key = f"rel_{mid}"  # the relationship the coder set (keys 1-5); unset: services.default_relationship
 
 
@@ -280,7 +284,9 @@ count = f"{sug.predicted_count} term" + ("s" if sug.predicted_count != 1 else ""
 _ui.markup(f'<div style="margin:.6rem 0"><span class="tn-badge tn-grey">needs {count}</span>'
            f"{_ui.confidence_badge(sug.confidence, learning.serving_bands(ctx.url, ctx.vocabulary_id))}"
            f'<span class="tn-keys">model {_ui.esc(sug.model_version)}</span></div>'
-           f'<div style="margin-bottom:.4rem">Suggested: {chosen_html}</div>')
+           f'<div style="margin-bottom:.4rem">Suggested: {chosen_html}'
+           + (' <span class="tn-keys" data-testid="tn-groundless">— shares nothing with the mention: not put in the '
+              "terms box (search the vocabulary, or reject)</span>" if groundless else "") + "</div>")
 
 same = holder.engine.same_keyword  # a keyword is marked missing / different only where coders would not write it so
 # the marks compare the terms with the mention as the engine read it (卵巢Ca术后: 恶性肿瘤, not Ca)

@@ -30,6 +30,8 @@ SHARED_SHOWN = 3
 #: marks' termnorm.reading.SAME_KEYWORD_WEIGHT, since a named pair must read as right to a coder (肿物 -> 病损 3.2,
 #: 电切术 -> 切除术 2.0, 肿瘤 -> 病损 1.7 on the demo model; 肿物 -> 活组织检查 1.5, a coding habit, not a synonym).
 REWRITE_SHOWN = 1.5
+#: The evidence of a candidate with none: no coded mention like this one, nothing of its name in the mention.
+NOTHING = "shares nothing with the mention"
 #: A site or type keyword of a mention that coders leave out of the terms they choose, with nothing of its kind in
 #: its place, in at least this share of the coded mentions holding it (and in DROPPED_MIN_CODED of them at least)
 #: is detail the vocabulary does not code (大脑 in 大脑开颅、右额叶脑膜瘤切除术 -> 脑膜病损切除术): the candidate table
@@ -211,6 +213,6 @@ def evidence(engine, read: str, candidates, read_spans=None) -> list[list[str]]:
                 why.append(f"close in meaning ({cand.scores['dense']:.2f})")
         if not [w for w in why if not w.startswith(("coded ", "never coded"))] \
                 and not grams & char_bigrams(normalize(term)):
-            why.append("shares nothing with the mention")  # a count alone read as a reason to pick it
+            why.append(NOTHING)  # a count alone read as a reason to pick it
         out.append(why)
     return out

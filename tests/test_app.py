@@ -533,6 +533,29 @@ def test_each_candidate_says_what_it_rests_on_and_a_decision_changes_it_at_once(
     assert 'class="tn-new">never coded' in next(m.value for m in at.markdown if "tn-cands" in m.value)
 
 
+def test_a_suggestion_that_shares_nothing_with_the_mention_is_shown_not_put_in_the_box(db_url):
+    """A user test: a mention of digits only got a term at 0.01 in its terms box, so Save (S) recorded a guess.
+    A suggestion with no ground in the mention is shown and said so; the box stays empty until the coder fills
+    it. A mention with ground keeps its pre-filled box."""
+    start()
+    bid = add_batch(db_url, ["20231125", "甲状腺肿物切除"], name="groundless")
+    at = start(batch=bid)
+    first = current_id(at)
+    assert suggestion(db_url, first).chosen  # the engine does suggest something
+    assert box(at, first).value == []
+    said = [m.value for m in at.markdown if "tn-groundless" in m.value]
+    assert said and "shares nothing with the mention" in said[0]
+    at.button(key=f"save_{first}").click()
+    rerun(at)
+    assert current_id(at) == first and latest(db_url, first)["decision"] is None  # nothing saved from an empty box
+    assert any("Pick at least one term" in e.value for e in at.error)
+    at.button(key=f"skip_{first}").click()
+    rerun(at)
+    second = current_id(at)
+    assert second != first and box(at, second).value == suggestion(db_url, second).chosen != []
+    assert not [m.value for m in at.markdown if "tn-groundless" in m.value]
+
+
 def test_the_address_names_the_batch_on_screen_so_a_reload_returns_to_it(db_url):
     """A reload (a new session) opened the first vocabulary's first batch, whatever the coder was working on."""
     start()
