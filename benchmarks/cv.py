@@ -70,6 +70,9 @@ Rows that change what the candidates carry refit those per outer fold too
 - ``synthetic``      a quarter as many made-up mentions of never-coded terms as training mentions join the
                      ranker's training examples (termnorm.rank.synthetic: coders' keyword rewrites run
                      backwards); ``synthetic_10`` a tenth;
+- ``held_15``, ``held_30``  15% / 30% of the training mentions, all those of randomly drawn terms coded twice
+                     or more, in one K-fold part per term: real mentions of terms their K-fold history never
+                     coded, for the ranker to learn from (``Engine.ranker_training_data(held_terms=...)``);
 - ``no_documents``   mentions read without their documents (a PubTator set's abstracts: the abbreviations
                      they define are not spelled out, termnorm.context);
 - ``coded_key``      history recall by coded key too (``--history-extras key``:
@@ -84,6 +87,7 @@ Rows that change what the candidates carry refit those per outer fold too
                      to train them from, ``DIR/fold{k}/train.json``), or a table of a GPU-trained encoder's
                      answers per fold (``--dense 'runs/gpu_dense/out/cdn_fold{k}.npz'``,
                      ``benchmarks/gpu/dense_cv.py``).
+- ``dense_scores``   the dense row's bi-encoder scoring the other strategies' candidates, proposing none;
 - ``dense_crossfit`` the same with a cross-fitted bi-encoder per outer fold (``termnorm train recall --folds
                      K``, :mod:`termnorm.dense.crossfit`; ``--dense-crossfit`` names the folders): the
                      fold's training mentions get out-of-fold dense scores.
@@ -135,8 +139,11 @@ ROWS = {
     "category": dict(category_features=True),
     "synthetic": dict(synthetic=0.25),
     "synthetic_10": dict(synthetic=0.1),
+    "held_15": dict(held_terms=0.15),
+    "held_30": dict(held_terms=0.3),
     "dense": dict(dense="dense"),
     "dense_crossfit": dict(dense="crossfit"),
+    "dense_scores": dict(dense="dense", dense_score_only=True),
     "bag_3": dict(bag=3),
     "coded_key": dict(history_extras=("key",)),
     "history_extras": dict(history_extras=("key", "analogy")),
@@ -151,9 +158,9 @@ DEFAULT_ROWS = ("shipped", "ensemble_3", "no_context", "no_part_count", "before"
 #: options of the ranker's training data (what the candidates carry, how many history splits): a row with
 #: any of them gets its own ``ranker_training_data``
 DATA_OPTIONS = ("keyword_features", "surface_diff", "term_classifier", "split", "dense", "bag", "history_extras",
-                "documents", "category_features", "synthetic")
+                "documents", "category_features", "synthetic", "held_terms", "dense_score_only")
 #: the data options that build the engine or its mentions, not ranker_training_data's
-BUILD_OPTIONS = ("split", "dense", "history_extras", "documents", "category_features")
+BUILD_OPTIONS = ("split", "dense", "history_extras", "documents", "category_features", "dense_score_only")
 #: the permutation of the training file that cuts outer folds 1-4
 SPLIT_SEED = 2026
 
@@ -190,7 +197,19 @@ def write_folds(name: str, data: str, out: str) -> list[Path]:
     return paths
 
 
-def _load_dense(pattern: str, k: int):
+def _load_dense(pattern: str, k: int, score_only: bool = False):
+    """Outer fold ``k``'s bi-encoder or table; ``score_only``: it scores the other strategies' candidates and
+    proposes none (termnorm.recall.union, ``score_only``)."""
+    got = _load_dense_of(pattern, k)
+    if score_only:
+        from termnorm.dense.index import DenseRecaller, Recaller
+
+        got = got if isinstance(got, Recaller) else DenseRecaller(got, use_history=False)
+        got.score_only = True
+    return got
+
+
+def _load_dense_of(pattern: str, k: int):
     from termnorm.dense.crossfit import load_dense
 
     d = Path(pattern.format(k=k))
@@ -235,7 +254,8 @@ def run_fold(name: str, data: str, k: int, seed: int, rows: tuple[str, ...] = DE
                      recall_profile=settings["recall_profile"], max_candidates=settings["max_candidates"],
                      split=dict(data_kw).get("split", True),
                      history_extras=dict(data_kw).get("history_extras", ()),
-                     dense=_load_dense(dense[dict(data_kw)["dense"]], k) if dict(data_kw).get("dense") else None)
+                     dense=_load_dense(dense[dict(data_kw)["dense"]], k, dict(data_kw).get("dense_score_only", False))
+                     if dict(data_kw).get("dense") else None)
         eng.category_features = dict(data_kw).get("category_features", False)
         out.update({"dense_unindexed": eng.dense.unindexed} if hasattr(eng.dense, "unindexed") else {})
         splits = eng.ranker_training_data(g_train, seed=seed,

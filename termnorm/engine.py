@@ -275,18 +275,17 @@ class Engine:
     def ranker_training_data(self, train: list[LabelledMention], folds: int = 4, seed: int = 0, bag: int = 1,
                              with_history: bool = True, surface_diff: bool = True, keyword_features: bool = True,
                              term_classifier: bool = True, progress: bool = False,
-                             synthetic: float = 0.0) -> list[tuple]:
+                             synthetic: float = 0.0, held_terms: float = 0.0) -> list[tuple]:
         """The first half of :meth:`fit_lexical`: the ranker's training candidates, one K-fold split of the
         history per ``bag`` member, each ``(mentions, candidate lists, golds, parts, sieve hits, rng, familiarity)``.
 
         Fits what scores those candidates and serves at inference: the surface-difference scorer (its
         out-of-fold scores written into the candidates; the first split's scorer is kept) and the term
         classifier. :meth:`fit_ranker` then fits the GBM on the splits, as often as wanted (the
-        cross-validation benchmark fits several ranker settings on one set of candidates). ``synthetic``: that
-        share of made-up mentions of never-coded terms joins the training mentions (termnorm.rank.synthetic).
-        """
+        cross-validation benchmark fits several ranker settings on one set of candidates). ``synthetic`` /
+        ``held_terms``: termnorm.rank.synthetic's share of made-up mentions / fitting._hold_terms_out's share."""
         return fitting.ranker_training_data(self, train, folds, seed, bag, with_history, surface_diff,
-                                            keyword_features, term_classifier, progress, synthetic)
+                                            keyword_features, term_classifier, progress, synthetic, held_terms)
 
     def fit_ranker(self, splits: list[tuple], seed: int = 0, progress: bool = False, **options) -> dict:
         """The second half of :meth:`fit_lexical`: the GBM ranker, count classifier, output rule and

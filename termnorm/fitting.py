@@ -85,7 +85,7 @@ def fit_lexical(engine: Engine, train: list[LabelledMention], folds: int = 4, pr
 def ranker_training_data(engine: Engine, train: list[LabelledMention], folds: int = 4, seed: int = 0,
                          bag: int = 1, with_history: bool = True, surface_diff: bool = True,
                          keyword_features: bool = True, term_classifier: bool = True,
-                         progress: bool = False, synthetic: float = 0.0) -> list[tuple]:
+                         progress: bool = False, synthetic: float = 0.0, held_terms: float = 0.0) -> list[tuple]:
     """:meth:`termnorm.engine.Engine.ranker_training_data`."""
     train = reading.read_labelled(engine, [m for m in train if m.terms])
     real = train
@@ -94,7 +94,7 @@ def ranker_training_data(engine: Engine, train: list[LabelledMention], folds: in
     splits, scorer, surface_s = [], None, 0.0
     for r in range(bag):
         rng = np.random.default_rng(seed + r)
-        fold_of = rng.integers(0, folds, len(train))
+        fold_of = _hold_terms_out(train, rng.integers(0, folds, len(train)), held_terms, folds, rng)
         order, cand_lists, hcounts = engine.kfold_candidates(train, fold_of, with_history, progress,
                                                              term_classifier=term_classifier)
         mentions = [train[i].text for i in order]
@@ -111,6 +111,29 @@ def ranker_training_data(engine: Engine, train: list[LabelledMention], folds: in
         engine.meta["surface_diff_seconds"] = round(surface_s, 2)
     engine.fit_term_classifier(real, enabled=term_classifier and with_history)
     return splits
+
+
+def _hold_terms_out(train: list[LabelledMention], fold_of, share: float, folds: int, rng):
+    """``fold_of`` with every mention of randomly drawn terms coded twice or more put in one fold, until they are
+    ``share`` of the mentions: their K-fold history never codes their term, so the ranker learns from real
+    mentions of never-coded terms (a term coded once is never coded in its mention's K-fold history anyway)."""
+    if share <= 0:
+        return fold_of
+    by_term: dict[str, list[int]] = {}
+    for i, m in enumerate(train):
+        for t in dict.fromkeys(m.terms):
+            by_term.setdefault(t, []).append(i)
+    terms = sorted(t for t, ix in by_term.items() if len(ix) > 1)
+    moved: set[int] = set()
+    for j in rng.permutation(len(terms)):
+        if len(moved) >= share * len(train):
+            break
+        f = rng.integers(0, folds)
+        for i in by_term[terms[j]]:
+            if i not in moved:
+                fold_of[i] = f
+                moved.add(i)
+    return fold_of
 
 
 def _fold_familiarity(train: list[LabelledMention], fold_of, order: list[int]) -> list[int]:
