@@ -296,6 +296,24 @@ def test_union_recalls_parts_and_abbreviations(vocab):
     assert len(u.recall_batch(["胆总管切开取石+胆道造影"], k=2)[0]) == 2
 
 
+def test_a_score_only_strategy_scores_the_others_candidates_and_proposes_none(vocab):
+    """A strategy marked ``score_only`` (benchmarks/cv.py row dense_scores: a bi-encoder's similarity as a ranker
+    input without its own candidates) adds its score to candidates the others found, and changes no order."""
+    plain = _union(vocab).recall_batch(["胆总管切开取石+胆道造影"])[0]
+    u = _union(vocab)
+    bm25 = next(s for s in u.strategies if s.name == "bm25")
+    bm25.score_only = True
+    got = u.recall_batch(["胆总管切开取石+胆道造影"])[0]
+    alone = {vocab.names[t] for t, _ in bm25.recall_batch(["胆总管切开取石+胆道造影"], u.k["bm25"])[0]}
+    off = _union(vocab)
+    off.k.update(bm25=0, bm25_part=0, bm25_abbr=0)
+    without = off.recall_batch(["胆总管切开取石+胆道造影"])[0]
+    assert [c.term for c in got] == [c.term for c in without] != [c.term for c in plain]
+    scored = [c for c in got if "bm25" in c.scores]
+    assert scored and {c.term for c in scored} <= alone
+    assert all(c.score == w.score for c, w in zip(got, without))
+
+
 def test_union_add_coded_mention_reaches_history(vocab):
     u = _union(vocab)
     assert all(c.term != "乳房病损切除术" for c in u.recall_batch(["zz9"])[0])

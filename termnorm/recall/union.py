@@ -79,6 +79,11 @@ def combined_score(ranks: Mapping[str, int], scores: Mapping[str, float]) -> flo
     return sum(map(_reciprocal_rank, ranks.values())) + scores.get("exact", 0.0)
 
 
+def _owner(key: str) -> str:
+    """The strategy name of a score key (``tfidf_part`` -> ``tfidf``)."""
+    return key.removesuffix(PART).removesuffix(ABBR)
+
+
 _RR_TABLE = tuple(1.0 / (RRF_C + r) for r in range(1024))
 
 
@@ -208,11 +213,17 @@ class UnionRecaller(Recaller):
         """Candidates per query, ordered by :func:`combined_score`; cut at ``k`` (else ``max_candidates``)."""
         limit = k if k is not None else self.max_candidates
         out: list[list[Candidate]] = []
+        # a strategy marked ``score_only`` scores the others' candidates and proposes none (nor ranks any)
+        only = {s.name for s in self.strategies if getattr(s, "score_only", False)}
         for per_key in self.key_hits(queries):
             bucket: dict[int, tuple[dict[str, float], dict[str, int]]] = {}
-            for key, lists in per_key.items():
+            for key, lists in sorted(per_key.items(), key=lambda kv: _owner(kv[0]) in only):
                 for hits in lists:
                     for rank, (tid, score) in enumerate(hits):
+                        if _owner(key) in only:
+                            if tid in bucket and score > bucket[tid][0].get(key, float("-inf")):
+                                bucket[tid][0][key] = float(score)
+                            continue
                         scores, ranks = bucket.setdefault(tid, ({}, {}))
                         if score > scores.get(key, float("-inf")):
                             scores[key] = float(score)
