@@ -12,6 +12,7 @@ are shown other mentions (``db.services.next_mention``).
 """
 
 import time
+from datetime import timezone
 
 import streamlit as st
 import streamlit.components.v1 as components
@@ -59,10 +60,16 @@ with _ui.session() as s:
     others = services.claimed_by_others(s, ctx.batch_id, ctx.username)
     sug = holder.suggestion(s, current["id"], current["text"]) if current else None
     document = services.mention_documents(s, [current["id"]]).get(current["id"], "") if current else ""
+    last = services.last_saved(s, ctx.batch_id, ctx.username)
 
 head = st.columns([3, 2], vertical_alignment="bottom")
 head[0].markdown(f"### Coding · {_ui.esc(batch['name'])}")
 head[1].progress(done / total if total else 0.0, text=f"**{done} / {total}** coded")
+if last:  # read from the database on every draw: after a restart or a dropped connection it says what was kept
+    at = (last["at"] if last["at"].tzinfo else last["at"].replace(tzinfo=timezone.utc)).astimezone()
+    head[1].caption(f"Last saved: #{last['position']} {last['action']}"
+                    + (" · " + _markup.md(" + ".join(last["terms"])) if last["terms"] else "")
+                    + f" · {at:%H:%M:%S}", help="Your latest decision in this batch, as the database holds it.")
 
 if current is None and others:
     st.info(f"Nothing left for you here: the {others} mention(s) still open are on colleagues' screens. "

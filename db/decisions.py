@@ -25,6 +25,7 @@ from db.models import (
     Mention,
     Term,
     TrainingPair,
+    User,
     utcnow,
 )
 from db.suggestions import latest_suggestion_row
@@ -217,6 +218,18 @@ def supersede_and_pairs(s: Session, m: Mention, d: Decision, vocab_id: int, term
 
 
 # ================================================================ history / training pairs for the engine
+def last_saved(s: Session, batch_id: int, username: str) -> dict | None:
+    """The user's latest decision in the batch, as the database holds it (position, action, terms, at): what the
+    coding page shows as "last saved", so a coder whose screen went away mid-save (a restart, a dropped
+    connection) reads what was kept rather than guessing."""
+    row = s.execute(select(Mention.position, Decision.action, Decision.terms, Decision.at)
+                    .join(Mention, Mention.id == Decision.mention_id).join(User, User.id == Decision.user_id)
+                    .where(Mention.batch_id == batch_id, User.username == username)
+                    .order_by(Decision.at.desc(), Decision.id.desc()).limit(1)).first()
+    return None if row is None else {"position": row.position, "action": row.action, "terms": list(row.terms or []),
+                                     "at": row.at}
+
+
 def coded_mentions(s: Session, vocabulary_id: int) -> list[LabelledMention]:
     """Mentions whose latest decision accepted or corrected terms: the engine's coded history.
 

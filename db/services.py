@@ -65,6 +65,7 @@ from db.decisions import (
     NotYourMention,
     coded_mentions,
     default_relationship,
+    last_saved,
     record_decision,
     training_pairs_frame,
 )
@@ -111,7 +112,8 @@ __all__ = [
     "latest_suggestion", "latest_suggestion_versions", "store_suggestion", "store_suggestions",
     # db.decisions
     "PART_RELATIONSHIP", "REVIEW_AFTER", "SHOWN_CANDIDATES", "SINGLE_RELATIONSHIP", "STATUS_AFTER",
-    "NotYourMention", "coded_mentions", "default_relationship", "record_decision", "training_pairs_frame",
+    "NotYourMention", "coded_mentions", "default_relationship", "last_saved", "record_decision",
+    "training_pairs_frame",
     # db.auto_coding
     "auto_code",
     # db.reporting

@@ -309,6 +309,10 @@ def test_repeated_decision_latest_wins_and_history_is_kept(setup):
         df = S.decisions_frame(s, setup["bid"])
         assert len(df) == 1 and df.iloc[0]["terms"] == [FAMILY[2]] and df.iloc[0]["user"] == "bob"
         assert len(S.decisions_frame(s, setup["bid"], history=True)) == 2
+        # each coder's own latest decision in the batch, though bob's replaced alice's
+        assert {u: (d["position"], d["action"], d["terms"]) for u in ("alice", "bob")
+                for d in [S.last_saved(s, setup["bid"], u)]} == {"alice": (1, "accept", [FAMILY[0]]),
+                                                                  "bob": (1, "correct", [FAMILY[2]])}
         assert S.coded_mentions(s, setup["vid"]) == [LabelledMention(MENTIONS[0], [FAMILY[2]], None)]
 
 
@@ -384,6 +388,10 @@ def test_decisions_survive_a_hard_exit_and_the_queue_resumes(setup):
         assert (nxt["id"], nxt["position"]) == (ids[3], 4)
         assert S.batch_progress(s, bid) == (2, len(ids))
         assert len(S.training_pairs_frame(s, setup["vid"])) > 2
+        # what the coding page says was kept ("Last saved"), read back after the hard exit
+        last = S.last_saved(s, bid, "alice")
+        assert (last["position"], last["action"], last["terms"]) == (3, "skip", [])
+        assert S.last_saved(s, bid, "bob") is None
 
 
 def test_uncertainty_order(setup):
