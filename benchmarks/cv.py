@@ -87,10 +87,11 @@ Rows that change what the candidates carry refit those per outer fold too
                      to train them from, ``DIR/fold{k}/train.json``), or a table of a GPU-trained encoder's
                      answers per fold (``--dense 'runs/gpu_dense/out/cdn_fold{k}.npz'``,
                      ``benchmarks/gpu/dense_cv.py``).
-- ``dense_scores``   the dense row's bi-encoder scoring the other strategies' candidates, proposing none;
 - ``dense_crossfit`` the same with a cross-fitted bi-encoder per outer fold (``termnorm train recall --folds
                      K``, :mod:`termnorm.dense.crossfit`; ``--dense-crossfit`` names the folders): the
-                     fold's training mentions get out-of-fold dense scores.
+                     fold's training mentions get out-of-fold dense scores;
+- ``dense_scores``   the dense row's bi-encoder (or table) scoring the other strategies' candidates and
+                     proposing none of its own (``score_only``, termnorm.recall.union).
 
 For each row: pooled exact-set accuracy and micro-F1, per-fold accuracy, accuracy by familiarity (how often
 the fold's training mentions coded the test mention's rarest gold term: never, 1-2, 3-9, 10+ times), and
