@@ -98,12 +98,6 @@ st.session_state.setdefault(f"shown_at_{mid}", time.time())
 # coder never saw -- in the browser, Clear then Save within ~300 ms used to save the engine's terms.
 box_version = st.session_state.setdefault(f"boxv_{mid}", 0)
 sel_key = f"terms_{mid}" if box_version == 0 else f"terms_{mid}_v{box_version}"
-# terms that share nothing with the mention (a string of digits, a word of no procedure) are shown, not put in
-# the box: Save on a box the coder did not fill must not record a guess (termnorm.explain's "shares nothing")
-groundless = bool(sug.chosen) and all(explain.NOTHING in why for why in explain.evidence(
-    holder.engine, sug.spelled_out or text, [c for c in sug.candidates if c.term in sug.chosen]))
-if sel_key not in st.session_state:
-    st.session_state[sel_key] = list(st.session_state.get(f"boxinit_{mid}", [] if groundless else sug.chosen))
 rel_key = f"rel_{mid}"  # the relationship the coder set (keys 1-5); unset: services.default_relationship
 
 
@@ -286,6 +280,15 @@ if document:
 _ui.markup(_ui.legend_html())
 
 # ---------------------------------------------------------------- what the engine proposes
+# the marks compare the terms with the mention as the engine read it (卵巢Ca术后: 恶性肿瘤, not Ca)
+read_kw = holder.tag(spelled) if spelled != text else sug.keywords
+why = explain.evidence(holder.engine, spelled, sug.candidates, read_kw)  # what each candidate rests on
+# terms that share nothing with the mention (a string of digits, a word of no procedure) are shown, not put in
+# the box: Save on a box the coder did not fill must not record a guess (the evidence's "shares nothing")
+chosen_why = [w for c, w in zip(sug.candidates, why) if c.term in sug.chosen]
+groundless = bool(chosen_why) and all(explain.NOTHING in w for w in chosen_why)
+if sel_key not in st.session_state:
+    st.session_state[sel_key] = list(st.session_state.get(f"boxinit_{mid}", [] if groundless else sug.chosen))
 chosen_html = "".join(f'<span class="tn-chosen">{_ui.esc(t)}</span>' for t in sug.chosen) or "—"
 count = f"{sug.predicted_count} term" + ("s" if sug.predicted_count != 1 else "")
 _ui.markup(f'<div style="margin:.6rem 0"><span class="tn-badge tn-grey">needs {count}</span>'
@@ -296,12 +299,9 @@ _ui.markup(f'<div style="margin:.6rem 0"><span class="tn-badge tn-grey">needs {c
               "terms box (search the vocabulary, or reject)</span>" if groundless else "") + "</div>")
 
 same = holder.engine.same_keyword  # a keyword is marked missing / different only where coders would not write it so
-# the marks compare the terms with the mention as the engine read it (卵巢Ca术后: 恶性肿瘤, not Ca)
-read_kw = holder.tag(spelled) if spelled != text else sug.keywords
-why = explain.evidence(holder.engine, spelled, sug.candidates, read_kw)  # what each candidate rests on
 # a multi-part mention's marks compare each term with the part it answers; detail coders drop is not "lacking"
 mark_kw = dict(same=same, parts=[holder.tag(holder.engine.spelled_out(p)) for p in sug.parts],
-               dropped=lambda span: explain.dropped(holder.engine, span))
+               dropped=explain.counts(holder.engine).dropped)
 _ui.markup(_ui.candidate_table_html(sug.candidates[:SHOWN], read_kw, sug.chosen, holder.tag, why=why, **mark_kw))
 if len(sug.candidates) > SHOWN:
     with st.expander(f"{len(sug.candidates) - SHOWN} more candidates"):

@@ -91,6 +91,13 @@ class _Counts:
             if kind not in new_kinds and not any(key in t for t in terms):
                 self.kw_dropped[kind, key] += 1
 
+    def dropped(self, span) -> bool:
+        """Whether coders leave the mention keyword ``span`` out of their terms (:data:`DROPPED_SHARE`), as
+        counted at the last update (a page takes the counts once and asks for each keyword of its table)."""
+        key = (span.kind, keyword_key(span))
+        n = self.kw_coded.get(key, 0)
+        return n >= DROPPED_MIN_CODED and self.kw_dropped.get(key, 0) >= DROPPED_SHARE * n
+
     def _keys(self, engine, term: str) -> set:
         got = self.term_keys.get(term)
         if got is None:
@@ -109,11 +116,8 @@ def counts(engine) -> _Counts:
 
 
 def dropped(engine, span) -> bool:
-    """Whether coders leave the mention keyword ``span`` out of the terms they choose (:data:`DROPPED_SHARE`)."""
-    c = counts(engine)
-    key = (span.kind, keyword_key(span))
-    n = c.kw_coded.get(key, 0)
-    return n >= DROPPED_MIN_CODED and c.kw_dropped.get(key, 0) >= DROPPED_SHARE * n
+    """Whether coders leave the mention keyword ``span`` out of the terms they choose (:meth:`_Counts.dropped`)."""
+    return counts(engine).dropped(span)
 
 
 def _best_surface(engine, term: str, grams: set[str], text: str) -> str | None:
