@@ -20,7 +20,8 @@ the CPU run loads them, and the query texts: every mention of the set read in it
 parts of a split mention: ``UnionRecaller.variants``). If the pipeline ever asks for a text outside them,
 the table refuses it and the CV stops, so a gap cannot pass for a weak encoder. It also builds the pruned
 e5-small rebuild (kar_cv.py's ``build_encoder``). ``train`` trains termnorm.dense.train's NCE recipe (hard
-negative terms mined from the model's own index) per set and fold, then writes ``OUT/{set}_fold{k}.npz``
+negative terms mined from the model's own index; ``--objective`` picks batch-hard or online triplet) per set
+and fold, then writes ``OUT/{set}_fold{k}.npz``
 and ``OUT/{set}_fold{k}.json`` (steps, seconds, loss, the GPU). A fold with its table is skipped, so a
 later run continues (resumable fold by fold); ``--budget-min`` stops before a fold that would not finish.
 It needs torch, transformers, sentence-transformers and faiss (``benchmarks/gpu/pack.sh`` carries faiss).
@@ -97,7 +98,8 @@ def train_fold(doc: dict, k: int, args, encoder: Path) -> dict:
     t0 = time.perf_counter()
     vocab = doc["vocab"]
     model = BiEncoder.from_folder(encoder, device=args.device, max_seq_length=args.max_seq_length)
-    config = BiEncoderTrainConfig(objective="nce", epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+    config = BiEncoderTrainConfig(objective=args.objective, epochs=args.epochs, batch_size=args.batch_size,
+                                  lr=args.lr,
                                   max_steps=args.max_steps, n_hard_terms=args.hard_terms, seed=args.seed,
                                   min_batch=args.min_batch,
                                   progress=False)
@@ -215,6 +217,8 @@ def main(argv=None) -> int:
     t.add_argument("--sets", default="cdn,yidu")
     t.add_argument("--folds", default="0,1,2,3,4")
     t.add_argument("--budget-min", type=float, default=9.0, help="stop before a fold that would not finish")
+    t.add_argument("--objective", default="nce", choices=("nce", "batch_hard", "triplet_online"),
+                   help="termnorm.dense.train's objective (OUT per objective: the tables carry no name of it)")
     t.add_argument("--epochs", type=int, default=3)
     t.add_argument("--batch-size", type=int, default=64)
     t.add_argument("--lr", type=float, default=2e-5)
