@@ -11,7 +11,7 @@ import torch
 
 from termnorm.encoder.tiny import make_tiny_encoder
 from termnorm.rank.fgm import FGM
-from termnorm.rank.kar import RankerModel, keyword_attention_mask
+from termnorm.rank.kar import RankerModel, _trimmed, keyword_attention_mask
 from termnorm.rank.train import build_pairs, top1_accuracy, train_ranker
 from termnorm.records import KeywordSpan, LabelledMention
 from termnorm.vocabulary import Vocabulary
@@ -133,6 +133,34 @@ def test_truncation_keeps_both_texts(enc1):
     toks = model.tokenizer.convert_ids_to_tokens(batch["input_ids"][0])
     assert len(toks) == 16 and toks[-1] == "[SEP]" and toks.count("[SEP]") == 2
     assert toks[toks.index("[SEP]") + 1] == "甲"
+
+
+def test_trimming_takes_a_token_at_a_time_from_the_longer_text():
+    def one_at_a_time(lm, lc, budget):  # the rule as written in words
+        while lm + lc > budget:
+            lm, lc = (lm - 1, lc) if lm >= lc else (lm, lc - 1)
+        return lm, lc
+
+    for lm, lc, budget in itertools.product(range(25), range(25), range(1, 30)):
+        assert _trimmed(lm, lc, budget) == one_at_a_time(lm, lc, budget), (lm, lc, budget)
+
+
+def test_a_batch_of_pairs_of_different_lengths_is_padded_per_row(enc1):
+    model = RankerModel.from_encoder(enc1, TAGGER, max_length=16)
+    pairs = [("右侧甲状腺肿瘤切除术右侧甲状腺肿瘤切除术", "甲状腺探查术"), ("胃造口术", "胃造口术"), ("", "甲状腺探查术")]
+    batch = model.encode_pairs([m for m, _ in pairs], [c for _, c in pairs])
+    for i, (m, c) in enumerate(pairs):
+        alone = model.encode_pairs([m], [c])
+        n = alone["input_ids"].shape[1]
+        assert int(batch["attention_mask"][i].sum()) == n
+        for key, t in alone.items():  # a row holds what the pair alone gives, then padding
+            assert torch.equal(batch[key][i, ..., :n], t[0]), (i, key)
+            assert not batch[key][i, ..., n:].any() or key == "input_ids"
+        assert (batch["input_ids"][i, n:] == model.tokenizer.pad_token_id).all()
+        toks = model.tokenizer.convert_ids_to_tokens(alone["input_ids"][0])
+        assert toks[0] == "[CLS]" and toks[-1] == "[SEP]" and toks.count("[SEP]") == 2
+        assert alone["token_type_ids"][0, toks.index("[SEP]") + 1:].all()
+    assert bool(batch["slot_keywords"][1].any())  # 胃 of 胃造口术 flagged on both sides
 
 
 # ---------------------------------------------------------------------------

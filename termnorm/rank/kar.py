@@ -236,41 +236,26 @@ class RankerModel:
         return [self._cache[t] for t in texts]
 
     def encode_pairs(self, mentions: Sequence[str], candidates: Sequence[str]) -> dict[str, torch.Tensor]:
-        """Batch tensors for pairs: input_ids, attention_mask, token_type_ids, slot_keywords."""
-        m_enc = self._encode_texts(mentions)
-        c_enc = self._encode_texts(candidates)
+        """Batch tensors for pairs: input_ids, attention_mask, token_type_ids, slot_keywords (numpy arrays
+        filled row by row, a tensor each at the end: a tensor per row made building a batch the GPU's bound)."""
+        m_enc, c_enc = self._encode_texts(mentions), self._encode_texts(candidates)
         n_lead = 1 + len(self._slot_ids)
-        budget = self.max_length - n_lead - 2
-        rows = []
-        for (mi, mf), (ci, cf) in zip(m_enc, c_enc):
-            lm, lc = len(mi), len(ci)
-            while lm + lc > budget:  # trim the longer text from its end
-                if lm >= lc:
-                    lm -= 1
-                else:
-                    lc -= 1
-            ids = [self._cls, *self._slot_ids, *mi[:lm], self._sep, *ci[:lc], self._sep]
-            flags = np.zeros((len(self.slots), len(ids)), dtype=bool)
-            flags[:, n_lead:n_lead + lm] = mf[:, :lm]
-            flags[:, n_lead + lm + 1:n_lead + lm + 1 + lc] = cf[:, :lc]
-            types = [0] * (n_lead + lm + 1) + [1] * (lc + 1)
-            rows.append((ids, flags, types))
-        L = max(len(r[0]) for r in rows)
-        b = len(rows)
-        input_ids = torch.full((b, L), self._pad, dtype=torch.long)
-        attn = torch.zeros((b, L), dtype=torch.long)
-        types = torch.zeros((b, L), dtype=torch.long)
-        slot_kw = torch.zeros((b, len(self.slots), L), dtype=torch.bool)
-        for i, (ids, flags, tt) in enumerate(rows):
-            n = len(ids)
-            input_ids[i, :n] = torch.tensor(ids)
-            attn[i, :n] = 1
-            if self._use_types:
-                types[i, :n] = torch.tensor(tt)
-            slot_kw[i, :, :n] = torch.from_numpy(flags)
-        out = {"input_ids": input_ids, "attention_mask": attn, "token_type_ids": types}
+        lens = [_trimmed(len(mi), len(ci), self.max_length - n_lead - 2) for (mi, _), (ci, _) in zip(m_enc, c_enc)]
+        ends = np.array([n_lead + 2 + lm + lc for lm, lc in lens], dtype=np.int64)
+        b, L = len(lens), int(ends.max())
+        ids = np.full((b, L), self._pad, dtype=np.int64)
+        types = np.zeros((b, L), dtype=np.int64)
+        kw = np.zeros((b, len(self.slots), L), dtype=bool)
+        ids[:, 0], ids[:, 1:n_lead] = self._cls, self._slot_ids
+        for i, ((mi, mf), (ci, cf), (lm, lc)) in enumerate(zip(m_enc, c_enc, lens)):
+            a = n_lead + lm  # the first [SEP]; the candidate's tokens and the last [SEP] are of type 1
+            ids[i, n_lead:a], ids[i, a + 1:a + 1 + lc], ids[i, [a, a + 1 + lc]] = mi[:lm], ci[:lc], self._sep
+            kw[i, :, n_lead:a], kw[i, :, a + 1:a + 1 + lc] = mf[:, :lm], cf[:, :lc]
+            types[i, a + 1:a + 2 + lc] = self._use_types
+        out = {"input_ids": torch.from_numpy(ids), "token_type_ids": torch.from_numpy(types),
+               "attention_mask": torch.from_numpy((np.arange(L)[None, :] < ends[:, None]).astype(np.int64))}
         if self.keyword_attention:
-            out["slot_keywords"] = slot_kw
+            out["slot_keywords"] = torch.from_numpy(kw)
         return out
 
     # ---- scoring --------------------------------------------------------
@@ -434,6 +419,17 @@ def _check_slots(slots: Sequence[str]) -> None:
             raise ValueError(f"unknown keyword kind {s!r}; expected one of {KEYWORD_KINDS}")
     if len(set(slots)) != len(slots):
         raise ValueError(f"slots must be distinct, got {tuple(slots)}")
+
+
+def _trimmed(lm: int, lc: int, budget: int) -> tuple[int, int]:
+    """Token counts kept of a mention and a candidate: the longer one (the mention on a tie) trimmed from its end
+    a token at a time until both fit ``budget``."""
+    excess, d, short = lm + lc - budget, abs(lm - lc), min(lm, lc)
+    if excess <= 0:
+        return lm, lc
+    if excess <= d:
+        return (lm - excess, lc) if lm >= lc else (lm, lc - excess)
+    return short - (excess - d + 1) // 2, short - (excess - d) // 2
 
 
 def _keyword_flags(spans: Sequence[KeywordSpan], offsets, slots: Sequence[str]) -> np.ndarray:
