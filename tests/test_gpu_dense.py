@@ -141,3 +141,38 @@ def test_recall_alone_of_a_table_is_its_encoders_recall(trained):
     assert row["test"]["mentions"] > 10 and row["training"]["mentions"] > 10
     assert row["test"]["recall@1"] <= row["test"]["recall@10"]
     assert row["encoder_test"] == row["test"]
+
+
+@pytest.mark.parametrize("objective", ["batch_hard", "triplet_online"])
+def test_each_objective_trains_a_fold_into_its_own_folder(trained, objective):
+    """``--objective`` reaches the trainer (its report names it) and each objective's tables go to their own OUT."""
+    from benchmarks.gpu import dense_cv
+
+    out = trained["tmp"] / objective
+    args = [a if a != str(trained["out"]) else str(out) for a in trained["train"]]
+    assert dense_cv.main([*args, "--folds", "0", "--objective", objective]) == 0
+    report = json.loads((out / "yidu_fold0.json").read_text(encoding="utf-8"))
+    assert report["settings"]["objective"] == objective and report["steps"] == 3
+    assert (out / "yidu_fold0.npz").is_file() and not (out / "yidu_fold1.npz").exists()
+
+
+def test_throughput_times_recall_rerank_and_count_for_each_batch_size(trained):
+    """``benchmarks/gpu/throughput.py`` on the bundle: every timed mention recalled, its k terms re-ranked by the
+    keyword-attentive cross-encoder and counted, per batch size; the report says on what it ran."""
+    from benchmarks.gpu import throughput
+
+    tmp = trained["tmp"]
+    bundle, doc = tmp / "work" / "bundle", trained["doc"]
+    assert throughput.main(["--bundle", str(bundle), "--encoder", str(tmp / "enc"), "--set", "yidu",
+                            "--data", str(trained["data"]), "--device", "cpu", "--batches", "1,4",
+                            "--mentions", "20", "--k", "5", "--out", str(tmp / "speed.json")]) == 0
+    report = json.loads((tmp / "speed.json").read_text(encoding="utf-8"))
+    assert report["device"] == "cpu" and report["gpu"] == "cpu" and report["k"] == 5
+    assert report["setup"]["terms"] == len(doc["vocab"].names)
+    one, four = report["rows"]
+    assert (one["batch"], one["mentions"], one["batches"]) == (1, 2, 2)  # batch 1 times a tenth of --mentions
+    assert (four["batch"], four["mentions"], four["batches"]) == (4, 20, 5)
+    for row in report["rows"]:
+        assert row["pairs"] == 5 * row["mentions"]  # k terms of every mention re-ranked
+        assert row["mentions_per_s"] > 0 and all(v > 0 for v in row["stage_seconds"].values())
+    assert (bundle / "yidu_tagger.pkl").is_file()  # the tagger the device reads, written on the CPU side

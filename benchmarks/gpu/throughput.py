@@ -46,7 +46,8 @@ def build(args):
     with gzip.open(bundle / f"{args.set}_dense.pkl.gz", "rb") as f:
         doc = pickle.load(f)
     t0 = time.perf_counter()
-    bi = BiEncoder.from_folder(bundle / "encoder", device=args.device, max_seq_length=args.max_seq_length)
+    encoder = Path(args.encoder) if args.encoder else bundle / "encoder"
+    bi = BiEncoder.from_folder(encoder, device=args.device, max_seq_length=args.max_seq_length)
     bi.ensure_count_head()  # untrained, the trained one's shape
     recaller = DenseRecaller(bi, use_history=False).fit(doc["vocab"])
     t1 = time.perf_counter()
@@ -56,7 +57,7 @@ def build(args):
         tagger_file.write_bytes(pickle.dumps(KeywordTagger.from_vocabulary(
             doc["vocab"], keyword_dir=keywords if keywords.is_dir() and args.set != "ncbi" else None)))
     tagger = pickle.loads(tagger_file.read_bytes())
-    kar = RankerModel.from_encoder(bundle / "encoder", tagger, slots=SLOTS[args.set], device=args.device)
+    kar = RankerModel.from_encoder(encoder, tagger, slots=SLOTS[args.set], device=args.device)
     if args.int8:
         kar.quantize("attention")
     setup = {"index_seconds": round(t1 - t0, 1), "terms": len(doc["vocab"].names),
@@ -71,13 +72,14 @@ def run_batches(parts, texts: list[str], size: int, k: int, pair_batch: int, wor
     bi, recaller, kar, vocab = parts
     sync = torch.cuda.synchronize if bi.device.type == "cuda" else (lambda: None)
     stages = {"recall": 0.0, "rerank": 0.0, "count": 0.0}
-    per_batch = []
+    per_batch, n_pairs = [], 0
     for i in range(0, len(texts), size):
         chunk = texts[i:i + size]
         t0 = time.perf_counter()
         hits = recaller.recall_batch(chunk, k)
         t1 = time.perf_counter()
         pairs = [(m, vocab.names[t]) for m, h in zip(chunk, hits) for t, _ in h]
+        n_pairs += len(pairs)
         # workers > 0: processes build the pair batches (per-pair Python, what bounds a GPU: RankerModel.score_pairs)
         kar.score_pairs([m for m, _ in pairs], [c for _, c in pairs], pair_batch, workers if size >= 64 else 0)
         sync()
@@ -90,7 +92,7 @@ def run_batches(parts, texts: list[str], size: int, k: int, pair_batch: int, wor
         per_batch.append(t3 - t0)
     total = sum(per_batch)
     ms = np.array(per_batch) * 1000
-    return {"batch": size, "mentions": len(texts), "batches": len(per_batch),
+    return {"batch": size, "mentions": len(texts), "batches": len(per_batch), "pairs": n_pairs,
             "mentions_per_s": round(len(texts) / total, 1), "seconds": round(total, 2),
             "stage_seconds": {s: round(v, 3) for s, v in stages.items()},
             "batch_ms_p50": round(float(np.percentile(ms, 50)), 1),
@@ -100,6 +102,7 @@ def run_batches(parts, texts: list[str], size: int, k: int, pair_batch: int, wor
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bundle", required=True, help="dense_cv.py collect's bundle folder")
+    ap.add_argument("--encoder", help="a model folder instead of the bundle's encoder/")
     ap.add_argument("--set", default="cdn")
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"), help="where keywords/ is (CPU side)")
     ap.add_argument("--out", required=True, help="the JSON to write")
