@@ -99,10 +99,8 @@ def train_fold(doc: dict, k: int, args, encoder: Path) -> dict:
     vocab = doc["vocab"]
     model = BiEncoder.from_folder(encoder, device=args.device, max_seq_length=args.max_seq_length)
     config = BiEncoderTrainConfig(objective=args.objective, epochs=args.epochs, batch_size=args.batch_size,
-                                  lr=args.lr,
-                                  max_steps=args.max_steps, n_hard_terms=args.hard_terms, seed=args.seed,
-                                  min_batch=args.min_batch,
-                                  progress=False)
+                                  lr=args.lr, max_steps=args.max_steps, n_hard_terms=args.hard_terms, seed=args.seed,
+                                  min_batch=args.min_batch, progress=False)
     state: dict = {}
     metrics = train_biencoder(model, vocab, doc["folds"][k], config, state=state)
     t1 = time.perf_counter()

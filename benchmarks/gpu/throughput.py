@@ -1,9 +1,12 @@
 """Throughput and latency of the neural stages (issue 28, item 4): dense recall of 20 terms, the keyword-attentive
 cross-encoder re-ranking them, the count head, for batches of 1, 64 and 1,024 mentions, on a GPU or the CPU.
 
-    python3 benchmarks/gpu/throughput.py --bundle runs/gpu_dense/bundle --out benchmarks/results/gpu_throughput.json
-    python3 benchmarks/gpu/throughput.py --bundle runs/gpu_dense/bundle --device cpu --batches 1 --int8 \\
-        --out benchmarks/results/cpu_neural_latency.json
+    python3 benchmarks/gpu/throughput.py --bundle /tmp/bundle --out OUT.json      # on the GPU machine, after
+                                                                        # benchmarks/gpu/device_run.sh
+    python3 benchmarks/gpu/throughput.py --bundle runs/gpu_dense/bundle --device cpu --batches 1 --mentions 400 \\
+        [--int8] --out OUT.json                                         # one mention at a time on the CPU
+
+(benchmarks/results/gpu_throughput.json gathers both, with the commands as run.)
 
 It reads dense_cv.py's bundle (``{set}_dense.pkl.gz``: the vocabulary and the query texts; ``encoder/``, the
 pruned e5-small rebuild) and builds both models on that encoder at full depth (12 layers), so the timings are
