@@ -31,17 +31,15 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-SLOTS = {"yidu": ("site", "type"), "cdn": ("site", "nature"), "ncbi": ("site", "nature")}
-
-
 def build(args):
     """The dense recaller fitted on the set's vocabulary, the cross-encoder, the texts; and their set-up times."""
     import torch
 
+    from benchmarks.gpu.train_kar import SLOTS
     from termnorm.dense.biencoder import BiEncoder
     from termnorm.dense.index import DenseRecaller
     from termnorm.rank.kar import RankerModel
-    from termnorm.text.keywords import KeywordTagger
+    from termnorm.rank.train import keyword_tagger
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -55,10 +53,9 @@ def build(args):
     recaller = DenseRecaller(bi, use_history=False).fit(doc["vocab"])
     t1 = time.perf_counter()
     tagger_file = bundle / f"{args.set}_tagger.pkl"
-    if not tagger_file.is_file():  # the set's keyword files as well as the built-in words, as the engine's
+    if not tagger_file.is_file():  # as kar_cv.py collect writes it: the set's keyword files and the built-in words
         keywords = Path(args.data) / "keywords"
-        tagger_file.write_bytes(pickle.dumps(KeywordTagger.from_vocabulary(
-            doc["vocab"], keyword_dir=keywords if keywords.is_dir() and args.set != "ncbi" else None)))
+        tagger_file.write_bytes(pickle.dumps(keyword_tagger(doc["vocab"], keywords if keywords.is_dir() else None)))
     tagger = pickle.loads(tagger_file.read_bytes())
     kar = RankerModel.from_encoder(encoder, tagger, slots=SLOTS[args.set], device=args.device)
     if args.int8:
@@ -81,10 +78,9 @@ def run_batches(parts, texts: list[str], size: int, k: int, pair_batch: int, wor
         t0 = time.perf_counter()
         hits = recaller.recall_batch(chunk, k)
         t1 = time.perf_counter()
-        pairs = [(m, vocab.names[t]) for m, h in zip(chunk, hits) for t, _ in h]
-        n_pairs += len(pairs)
-        # workers > 0: processes build the pair batches (per-pair Python, what bounds a GPU: RankerModel.score_pairs)
-        kar.score_pairs([m for m, _ in pairs], [c for _, c in pairs], pair_batch, workers if size >= 64 else 0)
+        n_pairs += sum(map(len, hits))
+        # the engine's call (Engine's "kar" score); workers > 0: processes build the pair batches
+        kar.score(chunk, [[vocab.names[t] for t, _ in h] for h in hits], pair_batch, workers if size >= 64 else 0)
         sync()
         t2 = time.perf_counter()
         bi.predict_count(chunk)

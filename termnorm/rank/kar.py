@@ -288,11 +288,11 @@ class RankerModel:
         return out
 
     def score(self, mentions: Sequence[str], candidate_lists: Sequence[Sequence[str]],
-              batch_size: int = 64) -> list[np.ndarray]:
-        """P(match) of every candidate of every mention, one array per mention."""
+              batch_size: int = 64, workers: int = 0) -> list[np.ndarray]:
+        """P(match) of every candidate of every mention, one array per mention (``workers``: score_pairs')."""
         flat_m = [m for m, cs in zip(mentions, candidate_lists) for _ in cs]
         flat_c = [c for cs in candidate_lists for c in cs]
-        probs = self.score_pairs(flat_m, flat_c, batch_size)
+        probs = self.score_pairs(flat_m, flat_c, batch_size, workers)
         out, i = [], 0
         for cs in candidate_lists:
             out.append(probs[i:i + len(cs)])
