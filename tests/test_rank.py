@@ -282,6 +282,18 @@ def test_tiny_ranker_learns_and_round_trips(enc2, tmp_path):
     assert np.corrcoef(np.concatenate(probs), np.concatenate(probs3))[0, 1] > 0.95
 
 
+def test_batches_built_by_worker_processes_score_as_the_main_process_does(enc1):
+    """``workers``: processes build the batches; 16 pairs in batches of 3 leave a last batch of one pair, whose index
+    came back from a worker as a one-element tensor (numpy took it for a scalar and refused the row)."""
+    model = RankerModel.from_encoder(enc1, TAGGER)
+    mentions = ["右侧甲状腺肿瘤切除术", "胃造口术", "阑尾切除术", "胆囊切除术"]
+    here = model.score(mentions, [SITES[:4]] * 4, batch_size=3)
+    model._cache.clear()
+    there = model.score(mentions, [SITES[:4]] * 4, batch_size=3, workers=2)
+    assert [len(p) for p in there] == [4] * 4
+    assert all(np.allclose(a, b, atol=1e-6) for a, b in zip(here, there))
+
+
 def test_time_budget_and_max_steps_stop_training(enc1):
     vocab = Vocabulary(names=[s + t for s in SITES for t in TYPES])
     model = RankerModel.from_encoder(enc1, TAGGER)

@@ -283,7 +283,7 @@ class RankerModel:
         self.module.eval()
         with torch.inference_mode(), _autocast(self.device):
             for idx, batch in batches:
-                out[idx] = torch.sigmoid(self.logits(batch).float()).cpu().numpy()
+                out[np.asarray(idx)] = torch.sigmoid(self.logits(batch).float()).cpu().numpy()  # a tensor from a worker
         self.module.train(was_training)
         return out
 
