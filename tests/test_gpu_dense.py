@@ -156,6 +156,39 @@ def test_each_objective_trains_a_fold_into_its_own_folder(trained, objective):
     assert (out / "yidu_fold0.npz").is_file() and not (out / "yidu_fold1.npz").exists()
 
 
+def test_an_encoder_trained_on_the_vocabulary_alone_is_trained_once_and_writes_every_fold_s_table(trained,
+                                                                                                  monkeypatch):
+    """``--data vocab`` (NCBI disease's MEDIC synonyms): the encoder learns synonym -> name pairs, never a mention,
+    so one training serves every fold; each fold still gets its own table and report."""
+    import numpy as np
+
+    import termnorm.dense.train as dense_train
+    from benchmarks.gpu import dense_cv
+
+    tmp, doc = trained["tmp"], copy.deepcopy(trained["doc"])
+    for name in doc["vocab"].names[:8]:  # synonyms in the encoder's characters: the name less its last one
+        doc["vocab"].add_synonym(name, name[:-1])
+    bundle = tmp / "vocab_bundle"
+    bundle.mkdir()
+    with gzip.open(bundle / "yidu_dense.pkl.gz", "wb") as f:
+        pickle.dump(doc, f)
+    calls = []
+    real = dense_train.train_biencoder
+    monkeypatch.setattr(dense_train, "train_biencoder", lambda *a, **kw: calls.append(a[3]) or real(*a, **kw))
+    out = tmp / "vocab_out"
+    args = [a if a != str(trained["out"]) else str(out) for a in trained["train"]]
+    args[args.index(str(tmp / "work" / "bundle"))] = str(bundle)
+    assert dense_cv.main([*args, "--folds", "0,1", "--data", "vocab"]) == 0
+    assert [c.data for c in calls] == ["vocab"] and not calls[0].count_head  # trained once, on synonyms
+    reports = [json.loads((out / f"yidu_fold{k}.json").read_text(encoding="utf-8")) for k in (0, 1)]
+    assert [r["trained_for_fold"] for r in reports] == [0, 0] and reports[1]["settings"]["data"] == "vocab"
+    assert reports[0]["train_mentions"] != reports[1]["train_mentions"]  # the folds' own reports
+    one, two = (np.load(out / f"yidu_fold{k}.npz") for k in (0, 1))
+    assert (one["ids"] == two["ids"]).all() and one["ids"].shape[0] == len(doc["queries"])
+    labelled = np.load(trained["out"] / "yidu_fold0.npz")  # the mention-trained encoder answers otherwise
+    assert not np.array_equal(labelled["scores"], one["scores"])
+
+
 def test_throughput_times_recall_rerank_and_count_for_each_batch_size(trained):
     """``benchmarks/gpu/throughput.py`` on the bundle: every timed mention recalled, its k terms re-ranked by the
     keyword-attentive cross-encoder and counted, per batch size; the report says on what it ran."""

@@ -24,6 +24,8 @@ negative terms mined from the model's own index; ``--objective`` picks batch-har
 and fold, then writes ``OUT/{set}_fold{k}.npz``
 and ``OUT/{set}_fold{k}.json`` (steps, seconds, loss, the GPU). A fold with its table is skipped, so a
 later run continues (resumable fold by fold); ``--budget-min`` stops before a fold that would not finish.
+``--data vocab`` trains on the vocabulary's synonym -> name pairs alone (SapBERT's idea; NCBI disease's MEDIC):
+such an encoder never sees a mention, so one, trained once per call, writes every fold's table.
 It needs torch, transformers, sentence-transformers and faiss (``benchmarks/gpu/pack.sh`` carries faiss).
 """
 
@@ -85,8 +87,9 @@ def collect_set(name: str, data: Path, bundle: Path) -> dict:
             "fold_train": {k: len(v) for k, v in doc["folds"].items()}}
 
 
-def train_fold(doc: dict, k: int, args, encoder: Path) -> dict:
-    """Outer fold ``k``'s encoder, trained on its training mentions; its table written; the report."""
+def train_fold(doc: dict, k: int, args, encoder: Path, shared: dict | None = None) -> dict:
+    """Outer fold ``k``'s encoder, trained on its training mentions; its table written; the report.
+    With ``--data vocab`` the encoder trained for the first fold is kept in ``shared`` and serves the others."""
     import torch
 
     from termnorm.dense.biencoder import BiEncoder
@@ -97,12 +100,17 @@ def train_fold(doc: dict, k: int, args, encoder: Path) -> dict:
 
     t0 = time.perf_counter()
     vocab = doc["vocab"]
-    model = BiEncoder.from_folder(encoder, device=args.device, max_seq_length=args.max_seq_length)
-    config = BiEncoderTrainConfig(objective=args.objective, epochs=args.epochs, batch_size=args.batch_size,
-                                  lr=args.lr, max_steps=args.max_steps, n_hard_terms=args.hard_terms, seed=args.seed,
-                                  min_batch=args.min_batch, progress=False)
-    state: dict = {}
-    metrics = train_biencoder(model, vocab, doc["folds"][k], config, state=state)
+    shared = {} if shared is None else shared
+    if "model" not in shared:
+        model = BiEncoder.from_folder(encoder, device=args.device, max_seq_length=args.max_seq_length)
+        config = BiEncoderTrainConfig(objective=args.objective, epochs=args.epochs, batch_size=args.batch_size,
+                                      lr=args.lr, max_steps=args.max_steps, n_hard_terms=args.hard_terms,
+                                      seed=args.seed, min_batch=args.min_batch, data=args.data,
+                                      count_head=args.data != "vocab", progress=False)
+        state: dict = {}
+        metrics = train_biencoder(model, vocab, doc["folds"][k], config, state=state)
+        shared.update(model=model, state=state, metrics=metrics, fold=k)
+    model, state, metrics = shared["model"], shared["state"], shared["metrics"]
     t1 = time.perf_counter()
     served, added = served_vocabulary(vocab, doc["folds"][k])
     recaller = DenseRecaller(model, use_history=False).fit(served, form_vecs=None if added else state.get("form_vecs"))
@@ -114,6 +122,7 @@ def train_fold(doc: dict, k: int, args, encoder: Path) -> dict:
     from benchmarks.gpu.train_kar import gpu_name
 
     report = {"set": doc["set"], "fold": k, "gpu": gpu_name(), "train_mentions": len(doc["folds"][k]),
+              "trained_for_fold": shared["fold"],  # another fold's: the --data vocab encoder serves them all
               "steps": metrics.get("steps"), "train_seconds": round(t1 - t0, 1),
               "table_seconds": round(time.perf_counter() - t1, 1), "queries": len(doc["queries"]),
               "names_added_from_history": len(added),
@@ -137,6 +146,7 @@ def train(args) -> int:
     for name in args.sets.split(","):
         with gzip.open(bundle / f"{name}_dense.pkl.gz", "rb") as f:
             doc = pickle.load(f)
+        shared: dict | None = {} if args.data == "vocab" else None  # one encoder for every fold
         for k in [int(x) for x in args.folds.split(",")]:
             if (out / f"{name}_fold{k}.npz").is_file():
                 continue
@@ -145,7 +155,7 @@ def train(args) -> int:
                 print(f"{name}: fold {k} would not finish in the {left:.0f} s left; run the same command again")
                 return 0
             t0 = time.perf_counter()
-            print(json.dumps(train_fold(doc, k, args, encoder), ensure_ascii=False, default=str), flush=True)
+            print(json.dumps(train_fold(doc, k, args, encoder, shared), ensure_ascii=False, default=str), flush=True)
             slowest = max(slowest, time.perf_counter() - t0)
     print(f"all done in {time.perf_counter() - t_start:.0f} s")
     return 0
@@ -217,6 +227,9 @@ def main(argv=None) -> int:
     t.add_argument("--budget-min", type=float, default=9.0, help="stop before a fold that would not finish")
     t.add_argument("--objective", default="nce", choices=("nce", "batch_hard", "triplet_online"),
                    help="termnorm.dense.train's objective (OUT per objective: the tables carry no name of it)")
+    t.add_argument("--data", default="labelled", choices=("labelled", "vocab", "both"),
+                   help="what the encoder learns from: the fold's mentions, the vocabulary's synonyms (one encoder "
+                        "for every fold), or both")
     t.add_argument("--epochs", type=int, default=3)
     t.add_argument("--batch-size", type=int, default=64)
     t.add_argument("--lr", type=float, default=2e-5)
