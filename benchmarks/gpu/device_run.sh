@@ -6,7 +6,8 @@
 # optionally, wheels/*.whl: the transformers this repository is tested with). Checks the scripts on the
 # GPU with the tiny test first, then trains until BUDGET_MIN minutes are spent (train_kar.py --resume
 # continues a later slice from OUT_DIR's files). TRAIN_ARGS (environment) goes to the bi-encoders' trainer
-# (TRAIN_ARGS="--objective batch_hard"). A second call in the same machine reuses the first one's set-up.
+# (TRAIN_ARGS="--objective batch_hard"; "--data vocab" for NCBI disease's synonyms). A second call in the same
+# machine reuses the first one's set-up (the Python packages; the bundle of the same carry).
 set -u
 carry=$1; out=$2; budget=$3; resume=${4:-}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
@@ -23,7 +24,9 @@ else
 fi
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name(0))"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-bundle=/tmp/bundle
+# one bundle per carry (runs/gpu_ncbi/carry -> /tmp/bundle-gpu_ncbi): a second call with another carry in the
+# same machine must not train on the first one's
+bundle=/tmp/bundle-$(basename "$(cd "$carry/.." && pwd)")
 [ -d $bundle/encoder ] || { mkdir -p $bundle && cp "$carry"/*.gz $bundle/ && tar -xJf "$carry"/encoder.tar.xz -C $bundle
   cp "$carry"/*_tagger.pkl $bundle/ 2>/dev/null; }
 dense=$(ls $bundle/*_dense.pkl.gz 2>/dev/null)

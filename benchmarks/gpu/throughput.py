@@ -1,8 +1,8 @@
 """Throughput and latency of the neural stages (issue 28, item 4): dense recall of 20 terms, the keyword-attentive
 cross-encoder re-ranking them, the count head, for batches of 1, 64 and 1,024 mentions, on a GPU or the CPU.
 
-    python3 benchmarks/gpu/throughput.py --bundle /tmp/bundle --out OUT.json      # on the GPU machine, after
-                                                                        # benchmarks/gpu/device_run.sh
+    python3 benchmarks/gpu/throughput.py --bundle /tmp/bundle-gpu_dense --out OUT.json  # on the GPU machine,
+                                                                        # after benchmarks/gpu/device_run.sh
     python3 benchmarks/gpu/throughput.py --bundle runs/gpu_dense/bundle --device cpu --batches 1 --mentions 400 \\
         [--int8] --out OUT.json                                         # one mention at a time on the CPU
 
