@@ -275,7 +275,7 @@ def md(text) -> str:
 #: component's frame), every key press that is not typing and every click on a main-area button within
 #: MIN_MS of the mention on screen changing is dropped before Streamlit sees it. "Changing" is the mention's
 #: text or the hidden echo of its id: a held key decided mentions 17-180 ms after their text showed while the
-#: echo, drawn last, still named the previous one.
+#: echo, drawn last, still named the previous one; a change of the text is seen by a MutationObserver at once.
 _DWELL_GUARD = """
 (function () {
   const w = window;
@@ -287,7 +287,11 @@ _DWELL_GUARD = """
     const t = document.querySelector('[data-testid="stMain"] .tn-mention');
     return el ? el.value + '|' + (t ? t.textContent : '') : null;
   };
-  setInterval(() => { const v = onScreen(); if (v !== g.id) { g.id = v; g.shownAt = Date.now(); } }, 20);
+  const mark = () => { const v = onScreen(); if (v !== g.id) { g.id = v; g.shownAt = Date.now(); } };
+  // a DOM change is seen before the next key event runs (an observer's callback is a microtask of the task that
+  // drew it): a poll alone ran late under load, after key presses queued while the page was being drawn
+  new MutationObserver(mark).observe(document.body, {subtree: true, childList: true, characterData: true});
+  setInterval(mark, 20);  // the echo's value is a property, not a DOM change: polled
   const early = () => g.id !== null && Date.now() - g.shownAt < g.ms;
   document.addEventListener('keydown', (e) => {
     const t = e.target;

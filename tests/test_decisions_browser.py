@@ -431,3 +431,45 @@ def test_a_file_imported_twice_asks_and_a_double_click_on_the_answer_imports_it_
     settle(page)
     assert batches() == ["ward7", "ward7 (2)"]
 
+
+
+#: In the page: when each mention's text first showed (ms since the epoch), seen by a MutationObserver (a poll of its
+#: own ran late under load and so measured the text as shown later than it was).
+_SEEN = """() => { window.__seen = {}; const look = () => {
+  const t = document.querySelector('[data-testid="stMain"] .tn-mention');
+  if (t && !(t.textContent in window.__seen)) window.__seen[t.textContent] = Date.now(); };
+  look(); new MutationObserver(look).observe(document.body, {subtree: true, childList: true, characterData: true}); }"""
+
+
+@pytest.fixture
+def dwell_app(tmp_path):
+    """The same with a 1-second dwell rule."""
+    yield from _app(tmp_path, TERMNORM_MIN_DWELL_S="1")
+
+
+def test_a_held_key_decides_no_mention_sooner_than_the_dwell_after_it_showed(dwell_app, page):
+    """A coder holding A (a press every 100 ms) on a slow machine: every decision must come at least the dwell
+    (1 s here) after its mention's text showed. The server times the dwell from when it drew the page, up to a second
+    before the browser shows it, so the browser's guard must drop the presses; it polled for the change every 20 ms,
+    and a user test found accepts committed 17-180 ms after the next mention's text showed."""
+    from termnorm.text.normalize import normalize
+
+    app = dwell_app
+    page.goto(app["base"] + "/")
+    page.wait_for_selector("table.tn-cands")
+    settle(page)
+    page.evaluate(_SEEN)
+    # a slow machine: the page's thread runs 4 times slower, so drawing a mention is a long task during which the
+    # held key's presses queue (Chromium's own CPU throttling, as its developer tools offer it)
+    page.context.new_cdp_session(page).send("Emulation.setCPUThrottlingRate", {"rate": 4})
+    page.wait_for_timeout(1500)
+    for _ in range(80):
+        page.keyboard.press("a")
+        page.wait_for_timeout(100)
+    quiet(page, app["url"])
+    seen = {normalize(k): v / 1000 for k, v in page.evaluate("() => window.__seen").items()}
+    rows = decisions(app["url"])
+    assert len(rows) >= 3
+    for r in rows:
+        shown = seen[normalize(r["mention"])]
+        assert r["at"].timestamp() - shown >= 1.0, (r["mention"], r["at"].timestamp() - shown)
