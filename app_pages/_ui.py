@@ -265,8 +265,8 @@ def claim_decision_slot(min_gap_s: float) -> float | None:
 
 def decide(ctx: Context, mention_id: int, text: str, action: str, terms=(), comment: str = "",
            shown: int | None = None, codes: dict[str, str] | None = None, relationship: str | None = None) -> int:
-    """Record a decision durably, THEN teach the engine (accept / correct), so a crash never leaves
-    the engine knowing something the database does not. Returns the decision id.
+    """Record a decision durably, THEN teach the engine (accept / correct, unless the coder said "not related"), so
+    a crash never leaves the engine knowing something the database does not. Returns the decision id.
 
     The server refuses (services.NotYourMention) unless ``mention_id`` is the mention this coder has
     claimed, i.e. the one on their screen: a click or key press on the previous mention that reaches the
@@ -277,7 +277,7 @@ def decide(ctx: Context, mention_id: int, text: str, action: str, terms=(), comm
         did = services.record_decision(s, mention_id, ctx.username, action, list(terms), comment, seconds,
                                        shown=shown, codes=codes, relationship=relationship, require_claim=True)
         document = services.mention_documents(s, [mention_id]).get(mention_id, "")
-    if action in ("accept", "correct") and terms:
+    if action in ("accept", "correct") and terms and relationship != services.NOT_RELATED:
         ctx.holder().learn(text, list(terms), document=document)
     return did
 

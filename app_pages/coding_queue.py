@@ -160,7 +160,8 @@ def _decide(mention_id: int, action: str, terms=(), comment: str = "", codes=Non
         _ui.flash("error", f"Not saved: {e}")
         return
     _forget(mention_id)
-    _ui.flash("toast", f"#{current['position']} {action}" + (": " + " + ".join(terms) if terms else ""))
+    said = "not related to" if relationship == services.NOT_RELATED else action  # not a coding of those terms
+    _ui.flash("toast", f"#{current['position']} {said}" + (": " + " + ".join(terms) if terms else ""))
 
 
 def _picked_codes(mention_id: int, terms: list[str]) -> dict[str, str]:

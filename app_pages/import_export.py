@@ -231,6 +231,9 @@ def show_report(report: dict) -> None:
         c[1].metric("Decisions", report["decisions"])
         c[2].metric("Codes without concept_id", len(report["no_concept"]))
         c[3].metric("Mentions cut to 50 characters", len(report["cut"]))
+        if report.get("not_related"):
+            st.caption(f"{report['not_related']} mention(s) the coder marked not related to their terms: written with "
+                       "target_concept_id 0 (no mapping), as rejections are.")
         if not report["concepts_given"]:
             st.info("No CONCEPT.csv given: every target_concept_id is 0 (no matching concept).")
         elif report["no_concept"]:
@@ -251,8 +254,8 @@ def show_report(report: dict) -> None:
                    f"{report['no_map']} of them rejected (noMap); {report['left_out']} skip / flag decision(s) "
                    "left out (no mapping).")
     elif fmt == "chip-cdn":
-        st.caption(f"{report['rows']}{only} decision(s) with terms; {report['left_out']} without terms left out "
-                   "(a training-data format).")
+        st.caption(f"{report['rows']}{only} decision(s) with terms; {report['left_out']} without terms or marked not "
+                   "related left out (a training-data format).")
     else:
         st.caption(f"{report['rows']}{only} decision(s).")
         if report.get("cut"):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pandas as pd
-from sqlalchemy import insert, select, update
+from sqlalchemy import insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from db.accounts import acting_user, audit
@@ -47,6 +47,9 @@ REVIEW_AFTER = {"flag": "flagged", "auto": "auto"}  # the mapping status a new d
 # of them, so each target is narrower than the mention; no term (reject) -- no relationship (FHIR noMap).
 SINGLE_RELATIONSHIP = "equivalent"
 PART_RELATIONSHIP = "source-is-broader-than-target"
+# the coder states the mention is *not* the terms it names (key 5): a FHIR statement kept for the record, never a
+# mapping -- no positive training pair (the terms are negatives), no coded history, not exported as a code
+NOT_RELATED = "not-related-to"
 
 
 class NotYourMention(ValueError):
@@ -203,7 +206,9 @@ def supersede_and_pairs(s: Session, m: Mention, d: Decision, vocab_id: int, term
                                          TrainingPair.active).values(active=False))
     kind = {"accept": "accepted", "correct": "corrected"}.get(d.action)
     pairs = [(t, 1, kind) for t in terms] if kind else []
-    if d.action == "correct":
+    if d.relationship == NOT_RELATED:  # the terms named are what the mention is not
+        pairs = [(t, 0, "rejected_candidate") for t in terms]
+    elif d.action == "correct":
         pairs += [(t, 0, "rejected_candidate") for t in shown_terms if t not in terms]
     elif d.action == "reject":
         pairs += [(t, 0, "rejected_candidate") for t in shown_terms]
@@ -239,12 +244,14 @@ def coded_mentions(s: Session, vocabulary_id: int) -> list[LabelledMention]:
     history would only reinforce its mistakes. So are decisions sent to
     re-review: their term was retired or re-coded, or a lead questioned them
     (the engine would otherwise put a retired term back among its terms:
-    ``Engine`` adds the coded history's names to the vocabulary).
+    ``Engine`` adds the coded history's names to the vocabulary), and decisions stating the mention is not
+    related to their terms (:data:`NOT_RELATED`).
     """
     q = (select(Mention.text, Decision.terms, Mention.source_row, Mention.document)
          .join(Decision, Decision.mention_id == Mention.id).join(Batch, Batch.id == Mention.batch_id)
          .where(Batch.vocabulary_id == vocabulary_id, Decision.is_latest,
-                Decision.action.in_(("accept", "correct")), Decision.review_status != "needs_rereview")
+                Decision.action.in_(("accept", "correct")), Decision.review_status != "needs_rereview",
+                or_(Decision.relationship.is_(None), Decision.relationship != NOT_RELATED))
          .order_by(Decision.id))
     latest: dict[tuple, LabelledMention] = {}
     for text, terms, row, document in s.execute(q):  # a text per document: FED is not FED in another note

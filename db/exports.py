@@ -7,11 +7,12 @@
 * ``jsonl`` -- one JSON object per decision, lists kept;
 * ``chip-cdn`` -- ``[{"text", "normalized_result": "a##b"}]``: a training-data
   format, so only decisions with terms (a rejection, skip or flag has no
-  ``normalized_result`` to learn from);
+  ``normalized_result`` to learn from, and terms marked "not related" are not one);
 * ``fhir`` -- a FHIR R5 ``ConceptMap`` (:func:`fhir_concept_map`): rejections
   as ``noMap``; skips and flags are no mappings and are left out;
 * ``omop`` -- an OMOP CDM v5.4 ``SOURCE_TO_CONCEPT_MAP`` CSV of approved
-  decisions (:func:`omop_source_to_concept_map`), skips and flags left out.
+  decisions (:func:`omop_source_to_concept_map`), skips and flags left out; a mention
+  marked "not related" to its terms maps to no concept, as a rejection does.
 
 Every decision a coder made is in CSV, XLSX and JSONL (rejections included).
 :func:`export_batch` reads a batch from the database and gives the bytes, a
@@ -149,7 +150,8 @@ def _export(df: pd.DataFrame, fmt: str, *, title: str, map_id: str, sheet: str =
         return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode("utf-8"), \
             {"rows": len(records)}
     if fmt == "chip-cdn":
-        items = [{"text": r["mention"], "normalized_result": "##".join(r["terms"])} for r in records if r["terms"]]
+        items = [{"text": r["mention"], "normalized_result": "##".join(r["terms"])} for r in records
+                 if r["terms"] and r.get("relationship") != services.NOT_RELATED]
         return json.dumps(items, ensure_ascii=False, indent=1).encode("utf-8"), \
             {"rows": len(items), "left_out": len(records) - len(items)}
     cm = fhir_concept_map(records, title=title, map_id=map_id)
@@ -283,7 +285,7 @@ def _targets(r: dict) -> list[dict]:
     for i, term in enumerate(terms):
         code = codes[i] if i < len(codes) and codes[i] else term  # a term without a code is named by itself
         tgt = {"code": fhir_code(code), "display": term, "relationship": relationship}
-        if len(terms) > 1:
+        if len(terms) > 1 and relationship != services.NOT_RELATED:
             tgt["comment"] = f"The mention maps to {len(terms)} terms together; this is one of them."
         elif relationship in NEEDS_COMMENT:
             tgt["comment"] = NEEDS_COMMENT[relationship]
@@ -375,8 +377,9 @@ def omop_source_to_concept_map(df: pd.DataFrame, *, source_vocabulary_id: str | 
     rows, no_concept = [], []
     for mention, r in latest.items():
         codes = list(r.get("codes") or [])
-        # one row per target term; a rejection is one row without a target
-        for term, code in [(t, codes[i] if i < len(codes) else "") for i, t in enumerate(r["terms"])] or [(None, "")]:
+        # one row per target term; a rejection, or terms the coder said the mention is not, one row without a target
+        targets = [] if r.get("relationship") == services.NOT_RELATED else r["terms"]
+        for term, code in [(t, codes[i] if i < len(codes) else "") for i, t in enumerate(targets)] or [(None, "")]:
             concept = ids.get((code or "").strip(), OMOP_NO_CONCEPT)
             if term is not None and concept == OMOP_NO_CONCEPT:
                 no_concept.append(code or f"{term} (no code)")
@@ -385,6 +388,8 @@ def omop_source_to_concept_map(df: pd.DataFrame, *, source_vocabulary_id: str | 
                          OMOP_VALID_START, OMOP_VALID_END, ""])
     report = {"rows": len(rows), "decisions": len(latest),
               "rejected": sum(1 for r in latest.values() if not r["terms"]),
+              "not_related": sum(1 for r in latest.values()
+                                 if r["terms"] and r.get("relationship") == services.NOT_RELATED),
               "source_vocabulary_id": source_vocabulary_id, "target_vocabulary_id": target_vocabulary_id,
               "concepts_given": concepts is not None, "concepts_read": len(ids), **_cuts(list(latest)),
               "no_concept": sorted(set(no_concept)), "rows_without_concept": len(no_concept)}

@@ -370,3 +370,36 @@ def test_page_prepares_the_export_then_downloads_ready_bytes(app_db, tmp_path):
     run(at)
     cm = validated(at.session_state["export_ready"]["export"].data)
     assert cm["status"] == "active" and len(cm["group"][0]["element"]) == 1
+
+
+def test_a_mention_marked_not_related_to_its_terms_is_no_mapping_and_teaches_them_as_wrong(db):
+    """Key 5 then Save: the coder states the mention is *not* the terms in the box. A user test found it stored
+    as an accept that became a positive training pair, coded history, an OMOP row with the term's concept and a
+    CHIP-CDN training item. It is kept for the record (FHIR's not-related-to, with its comment) and nothing else."""
+    s, vid = db
+    bid, ids = batch(s, vid, ["甲状旁腺腺瘤切除术（左下）", "LC+胆总管探查", "阑尾"])
+    d = [S.record_decision(s, ids[0], "alice", "accept", ["甲状腺病损切除术"], relationship=S.NOT_RELATED),
+         S.record_decision(s, ids[1], "alice", "correct", ["腹腔镜下胆囊切除术", "胆总管探查术"],
+                           relationship=S.NOT_RELATED),
+         S.record_decision(s, ids[2], "alice", "correct", ["阑尾切除术"])]
+    pairs = S.training_pairs_frame(s, vid)
+    by_mention = {m: sorted(zip(g.term, g.label)) for m, g in pairs.groupby("mention")}
+    assert by_mention["甲状旁腺腺瘤切除术（左下）"] == [("甲状腺病损切除术", 0)]
+    assert by_mention["LC+胆总管探查"] == [("胆总管探查术", 0), ("腹腔镜下胆囊切除术", 0)]
+    assert by_mention["阑尾"] == [("阑尾切除术", 1)]
+    assert [m.text for m in S.coded_mentions(s, vid)] == ["阑尾"]  # the engine's history
+
+    approve_all(s, d)
+    omop = exports.export_batch(s, bid, "omop")
+    rows = omop_rows(omop.data)
+    assert list(zip(rows.source_code, rows.target_concept_id)) == [
+        ("甲状旁腺腺瘤切除术（左下）", "0"), ("LC+胆总管探查", "0"), ("阑尾", "0")]  # one row each, no target
+    assert (omop.report["rows"], omop.report["not_related"], omop.report["rejected"]) == (3, 2, 0)
+    cdn = exports.export_batch(s, bid, "chip-cdn")
+    assert json.loads(cdn.data) == [{"text": "阑尾", "normalized_result": "阑尾切除术"}]
+    assert cdn.report["left_out"] == 2
+    cm = validated(S.export_decisions(s, bid, "fhir"))
+    by = {e["code"]: e["target"] for e in cm["group"][0]["element"]}
+    assert [(t["code"], t["relationship"]) for t in by["LC+胆总管探查"]] == [("51.2300", S.NOT_RELATED),
+                                                                         ("51.5100", S.NOT_RELATED)]
+    assert all(t["comment"] == exports.NEEDS_COMMENT[S.NOT_RELATED] for t in by["LC+胆总管探查"])

@@ -93,6 +93,27 @@ def test_relationship_key_and_code_switch_are_saved(team):
     assert d["relationship"] == "equivalent" and d["codes"] == [d["codes"][0]] and d["codes"][0]
 
 
+
+def test_not_related_by_key_is_said_so_and_not_taught_as_the_mention_s_term(team):
+    """Key 5 (not related) then Save: the toast says "not related to", not "accept"; the decision keeps the
+    relationship and the term becomes a negative training pair (db.decisions.NOT_RELATED)."""
+    at = app_as("zhang")
+    mid = on_screen(at)
+    terms = at.multiselect(key=f"terms_{mid}").value
+    assert terms
+    at.button(key=f"rel_{services.NOT_RELATED}_{mid}").click()  # the "5" key
+    run(at)
+    at.button(key=f"save_{mid}").click()
+    run(at)
+    assert any("not related to: " + " + ".join(terms) in t.value for t in at.toast), [t.value for t in at.toast]
+    assert not any(" accept" in t.value for t in at.toast)
+    d = latest(team["url"], mid)
+    assert (d["terms"], d["relationship"]) == (terms, services.NOT_RELATED)
+    with services.session_scope(team["url"]) as s:
+        pairs = services.training_pairs_frame(s, team["vid"])
+        assert set(pairs[pairs.mention_id == mid].label) == {0}
+        assert services.mention(s, mid)["text"] not in {m.text for m in services.coded_mentions(s, team["vid"])}
+
 def test_review_queue_filters_approves_sends_back_and_refuses_self_approval(team):
     url = team["url"]
     zhang = code_as(url, "zhang", 3)
