@@ -82,6 +82,9 @@ with _ui.session() as s:
 
 dec, hist = data.decisions, data.history
 gold_frame = data.gold[~data.gold["seen_in_history"].astype(bool)] if fresh_only and len(data.gold) else data.gold
+# gold there is, all of it left out by the toggle: said so, never "no gold yet" (a user test read that as lost gold)
+all_taught = len(data.gold) - len(gold_frame) if len(data.gold) and not len(gold_frame) else 0
+NO_GOLD = f"all {all_taught} gold mentions already taught" if all_taught else "no gold yet"
 acc = dash.acceptance(dec)
 accuracy = dash.model_accuracy(gold_frame, ranked_col="ranked", count_col="predicted_count") if len(gold_frame) \
     else None
@@ -103,7 +106,7 @@ shown_version = current_version if version_rows is not None and current_version 
     accuracy.summary["best"] if accuracy is not None else None)
 k[4].metric("Gold accuracy", pct(version_rows.loc[shown_version, "accuracy"]) if shown_version else "—",
             delta=(f"{shown_version} · n={int(version_rows.loc[shown_version, 'n'])}" if shown_version
-                   else "no gold yet"),
+                   else NO_GOLD),
             help=(accuracy.how if accuracy is not None else "no gold mention with a suggestion yet"), **QUIET)
 latest_task = next((t for t in reversed(tasks) if not math.isnan(agreements[t["id"]]["mean_pair_kappa"])), None)
 k[5].metric("Annotator κ", num(agreements[latest_task["id"]]["mean_pair_kappa"]) if latest_task else "—",
@@ -159,7 +162,9 @@ with c[0]:
         chart(dash.fig_model_accuracy(accuracy), "fig_model_accuracy")
         st.caption(accuracy.how + (" (mentions already taught to the engine left out)" if fresh_only else ""))
     else:
-        empty("No gold mention with a stored suggestion yet: build gold on the Gold tasks page, then score the "
+        empty(f"No fresh gold: {NO_GOLD} (coded before the engine suggested them, so answered from its memory, not "
+              "by generalising). Turn off \"Leave out mentions already taught\" to see them." if all_taught else
+              "No gold mention with a stored suggestion yet: build gold on the Gold tasks page, then score the "
               "engine on it.")
     if unscored:
         st.button(f"Score the current engine ({current_version}) on {len(unscored)} gold mentions",

@@ -335,6 +335,29 @@ def test_dashboard_shows_hand_computed_acceptance_and_accuracy(world):
     assert set(errors["kind"]) == {"wrong term"}
 
 
+
+def test_gold_left_out_as_already_taught_is_said_so_not_no_gold(world):
+    """Every gold mention coded before the engine's suggestion: the default view leaves them all out. A user test
+    read "no gold yet" and advice to build gold that existed; the page names how many were left out and why."""
+    mids = world["mentions"]
+    ranked = [A, B, C, "甲状腺部分切除术", "甲状腺病损射频消融术", D]
+    with services.session_scope(world["url"]) as s:
+        texts = [services.mention(s, m)["text"] for m in mids]
+        for m, c in zip(mids, [A, C, B, D, C, A]):
+            services.record_decision(s, m, "coder1", "correct", [c], seconds=10)
+        services.store_suggestions(s, mids, [_sug(t, ranked, [c], "v1") for t, c in zip(texts, [A, C, B, D, C, A])])
+        tid = gold.create_gold_task(s, "lead1", "taught gold", world["batch_id"], ["li", "wang"])
+    annotate(world["url"], tid, mids, {"li": [A, C, B, D, C, A], "wang": [A, C, B, D, C, A]})
+
+    at = page_as("lead1", "dashboards.py", vocabulary_id=world["vocabulary_id"])
+    assert metric(at, "Gold accuracy") == "—"
+    assert delta(at, "Gold accuracy") == f"all {len(mids)} gold mentions already taught"
+    said = " ".join(c.value for c in at.caption)
+    assert "No fresh gold" in said and "Leave out mentions already taught" in said and "build gold" not in said
+    at.toggle(key="dash_fresh").set_value(False)
+    run(at)
+    assert metric(at, "Gold accuracy") == "100.0%" and delta(at, "Gold accuracy") == f"v1 · n={len(mids)}"
+
 def test_admin_page_creates_users_and_changes_roles(world):
     at = page_as("root", "admin_users.py")
     assert set(at.dataframe[0].value["user"]) == {"root", "lead1", "li", "wang", "coder1"}
