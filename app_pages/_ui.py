@@ -330,6 +330,8 @@ def vocabulary_search(holder: EngineHolder, query_key: str, add_key: str, on_pic
     if not q.strip():
         return
     results = holder.search(q, limit=SEARCH_LIMIT)
+    if q.strip() in holder.retired:  # a name or code the edition in force no longer has
+        st.caption(holder.retired[q.strip()])
     if not results:
         st.caption("No term found.")
         return

@@ -91,6 +91,8 @@ def teach_section() -> None:
 def search_results(query: str) -> str | None:
     """The results table; the term picked in it (None: nothing found)."""
     results = holder.search(query, limit=20)
+    if query.strip() in holder.retired:  # a name or code the edition in force no longer has
+        st.caption(holder.retired[query.strip()])
     if not results:
         st.caption("No term found.")
         return None

@@ -58,6 +58,7 @@ class EngineHolder:
         self.engine = engine
         self.vocabulary_id = vocabulary_id
         self.edition = edition
+        self.retired: dict[str, str] = {}  # retired name or code -> what search says of it (db.vocabularies)
         self.lock = threading.RLock()
         self.revision = 0
         self._computed: dict[int, int] = {}  # mention id -> revision its stored suggestion was computed at
@@ -188,7 +189,10 @@ def build_holder(url: str, vocabulary_id: int, version: str | None = None, editi
     engine = serving.build_engine(url, vocabulary_id, version)
     engine.warm_search()  # the coding page's search box: built now, not on a coder's first keystroke
     explain.counts(engine)  # the candidate table's evidence and keyword-drop counts (tags the coded history)
-    return EngineHolder(engine, vocabulary_id, edition)
+    holder = EngineHolder(engine, vocabulary_id, edition)
+    with services.session_scope(url) as s:
+        holder.retired = services.retired_notes(s, vocabulary_id)
+    return holder
 
 
 def prepare_in_background(holder: EngineHolder, url: str, batch_id: int, current_id: int, n: int) -> threading.Thread:

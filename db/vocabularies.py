@@ -174,3 +174,26 @@ def term_synonyms(s: Session, vocabulary_id: int, term: str) -> list[dict]:
          .join(Term, Term.id == Synonym.term_id).outerjoin(User, User.id == Synonym.added_by_id)
          .where(Term.vocabulary_id == vocabulary_id, Term.name == term).order_by(Synonym.id))
     return [{"synonym": t, "source": src, "added_by": u or "", "at": at} for t, src, u, at in s.execute(q)]
+
+
+def retired_notes(s: Session, vocabulary_id: int) -> dict[str, str]:
+    """What to tell a coder who searches a retired name or one of its codes: key (name or code) -> "单侧甲状腺叶切除术
+    (06.2x00) was retired in edition 2 (2027)", plus its successor when it was renamed. Codes a term in force still
+    has are left out (the search finds them)."""
+    from db.models import VocabularyEdition
+
+    labels = dict(s.execute(select(VocabularyEdition.number, VocabularyEdition.label)
+                            .where(VocabularyEdition.vocabulary_id == vocabulary_id)).all())
+    live = {c for (codes,) in s.execute(select(Term.codes).where(Term.vocabulary_id == vocabulary_id, ACTIVE))
+            for c in codes or ()}
+    successors = {i: n for i, n in s.execute(select(Term.id, Term.name).where(
+        Term.id.in_(select(Term.replaced_by_id).where(Term.vocabulary_id == vocabulary_id))))}
+    out: dict[str, str] = {}
+    for t in s.scalars(select(Term).where(Term.vocabulary_id == vocabulary_id, Term.retired_edition.is_not(None))):
+        label = (labels.get(t.retired_edition) or "").strip()
+        note = (f"{t.name} ({', '.join(t.codes or []) or 'no code'}) was retired in edition {t.retired_edition}"
+                + (f" ({label})" if label and label != str(t.retired_edition) else "")
+                + (f"; now {successors[t.replaced_by_id]}" if t.replaced_by_id in successors else ""))
+        for key in [t.name, *(c for c in t.codes or () if c not in live)]:
+            out.setdefault(key, note)
+    return out

@@ -232,6 +232,19 @@ def test_a_new_edition_uploaded_on_the_editions_page_sends_the_broken_decisions_
     assert retired not in options and renamed not in options and renamed + "（新名）" in options
     # the decisions that kept their term are untouched
     assert all(latest(url, m)["review_status"] == "unchecked" for m, t in zip(done, terms) if t in keep)
+    # the Vocabulary page: the old name finds the renamed term first (a synonym now); a retired name is said so
+    # (a user test found other terms first for the old name, and nothing said of a retired one)
+    vocab_page = app_as("zhang", "vocabulary_browser.py")
+    vocab_page.text_input(key="vocab_q").set_value(renamed)
+    run(vocab_page)
+    found = vocab_page.dataframe[0].value
+    assert (found.term.iloc[0], found["found as"].iloc[0]) == (renamed + "（新名）", "synonym")
+    assert any(f"{renamed} (" in c.value and f"retired in edition 2 (2027); now {renamed}（新名）" in c.value
+               for c in vocab_page.caption), [c.value for c in vocab_page.caption]
+    vocab_page.text_input(key="vocab_q").set_value(retired)
+    run(vocab_page)
+    assert any(c.value.startswith(f"{retired} (") and "retired in edition 2 (2027)" in c.value
+               for c in vocab_page.caption), [c.value for c in vocab_page.caption]
 
 
 def test_a_lead_sees_who_holds_what_and_releases_it(team):
