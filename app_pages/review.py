@@ -94,6 +94,7 @@ st.dataframe(shown, hide_index=True, width="stretch", height=min(38 + 35 * len(s
 labels = {int(r["decision_id"]): f"#{r['position']} {r['mention']} → {_codes(r)} ({r['user']})"
           for r in df.to_dict(orient="records")}
 ids = list(labels)
+CHECKED_KEY = f"rv_checked_{len(ids)}"  # a new count (filters changed) asks again
 
 
 # ---------------------------------------------------------------- actions
@@ -108,6 +109,12 @@ def _report(what: str, out: dict, key: str) -> None:
 
 
 def on_approve(decision_ids: list[int]) -> None:
+    # every decision shown, however chosen (the picker's "Select all" too), needs the box ticked: a user test
+    # approved them all through "Select all" + "Approve chosen" without it
+    if len(ids) > 1 and set(decision_ids) >= set(ids) and not st.session_state.get(CHECKED_KEY):
+        _ui.flash("error", f"Not approved: these are all {len(ids)} decisions shown. Tick \"I have checked all "
+                           f"{len(ids)} decisions shown\" first.")
+        return
     try:
         with _ui.session() as s:
             out = review.approve(s, decision_ids, ctx.username)
@@ -131,10 +138,12 @@ def on_send_back(decision_ids: list[int]) -> None:
 
 picked = st.multiselect("Decisions to act on", ids, format_func=labels.get, key="rv_pick",
                         placeholder="choose decisions, or approve every one shown")
-checked = st.checkbox(f"I have checked all {len(ids)} decisions shown (the table scrolls)", key=f"rv_checked_{len(ids)}")
+checked = st.checkbox(f"I have checked all {len(ids)} decisions shown (the table scrolls)", key=CHECKED_KEY)
+every = len(ids) > 1 and set(picked) >= set(ids)
 a = st.columns([1.4, 2, 3, 1.4], vertical_alignment="bottom")
-a[0].button("Approve chosen", type="primary", disabled=not picked, on_click=on_approve, args=(list(picked),),
-            key="rv_approve")
+a[0].button("Approve chosen", type="primary", disabled=not picked or (every and not checked), on_click=on_approve,
+            args=(list(picked),), key="rv_approve",
+            help="every decision shown is chosen: tick the box above first" if every and not checked else None)
 a[1].button(f"Approve all {len(ids)} shown", on_click=on_approve, args=(ids,), key="rv_approve_all",
             disabled=not checked)
 a[2].text_input("Note for the coder", key="rv_note", placeholder="why it goes back (required)")

@@ -149,6 +149,17 @@ def test_review_queue_filters_approves_sends_back_and_refuses_self_approval(team
     at.multiselect(key="rv_coders").set_value([])
     run(at)
     assert at.button(key="rv_approve_all").disabled  # not before the lead says all shown were checked
+    # nor through the picker's "Select all" + Approve chosen (a user test approved everything that way)
+    every = [ids[m] for m in (zhang[2], *liu, *lead)]  # the unchecked ones: every decision shown
+    assert len(at.multiselect(key="rv_pick").options) == len(every)
+    at.multiselect(key="rv_pick").set_value(every)
+    run(at)
+    assert at.button(key="rv_approve").disabled and "tick the box" in at.button(key="rv_approve").help
+    at.multiselect(key="rv_pick").set_value(every[:-1])  # fewer than all: chosen one by one, no box needed
+    run(at)
+    assert not at.button(key="rv_approve").disabled
+    at.multiselect(key="rv_pick").set_value([])
+    run(at)
     next(c for c in at.checkbox if c.key.startswith("rv_checked_")).check()
     run(at)
     at.button(key="rv_approve_all").click()
