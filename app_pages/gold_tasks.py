@@ -68,7 +68,9 @@ with st.expander("New gold task", expanded=not tasks, icon=":material/add_task:"
         with st.form("new_gold_task", border=False):
             c = st.columns([2, 2])
             c[0].text_input("Task name", key="gt_name", placeholder="e.g. thyroid gold, May")
-            c[1].selectbox("From batch", [b["id"] for b in batch_list], key="gt_batch",
+            batch_ids = [b["id"] for b in batch_list]  # the sidebar's batch first chosen (a user test took another)
+            c[1].selectbox("From batch", batch_ids, key="gt_batch",
+                           index=batch_ids.index(ctx.batch_id) if ctx.batch_id in batch_ids else 0,
                            format_func=_ui.distinct({b["id"]: f'{b["name"]} ({b["n_mentions"]} mentions)'
                                                        for b in batch_list}).get)
             st.multiselect("Annotators", annotators, key="gt_annotators",

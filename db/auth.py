@@ -171,9 +171,11 @@ def list_users(s: Session, acting_user: str) -> list[dict]:
 
 
 def users_with_role(s: Session, role: str) -> list[str]:
-    """Names of the enabled users with ``role`` or above (e.g. who can be assigned gold annotation)."""
+    """Names of the enabled users with ``role`` or above (e.g. who can be assigned gold annotation); not the
+    account ``termnorm load-data`` acts as (accounts.LOADER_USER): nobody signs in as it, so its work never ends."""
     wanted = [r for r in ROLES if has_role(r, role)]
-    return list(s.scalars(select(User.username).where(User.role.in_(wanted), User.disabled_at.is_(None))
+    return list(s.scalars(select(User.username).where(User.role.in_(wanted), User.disabled_at.is_(None),
+                                                      User.username != accounts.LOADER_USER)
                           .order_by(User.username)))
 
 

@@ -15,7 +15,7 @@ import io
 import pytest
 from sqlalchemy import select
 
-from db import auth, services
+from db import accounts, auth, services
 from db.models import User
 from termnorm import cli_admin
 
@@ -137,6 +137,8 @@ def test_admin_manages_users(s, admin):
         "root": "admin", "lead1": "lead", "coder1": "coder"}
     auth.set_role(s, admin, "coder1", "annotator")
     assert auth.role_of(s, "coder1") == "annotator"
+    assert auth.users_with_role(s, "annotator") == ["coder1", "lead1", "root"]
+    services.ensure_user(s, accounts.LOADER_USER, role="admin")  # termnorm load-data's account: never assigned work
     assert auth.users_with_role(s, "annotator") == ["coder1", "lead1", "root"]
     auth.set_password(s, admin, "coder1", "new-coder-password")
     assert auth.authenticate(s, "coder1", "new-coder-password") is not None
