@@ -188,7 +188,7 @@ def chapters_by_side(s: Session, vocabulary_id: int) -> dict[str, dict[str, int]
     return out
 
 
-def labelled_mentions(s: Session, vocabulary_id: int) -> list[dict]:
+def labelled_mentions(s: Session, vocabulary_id: int, documents: bool = True) -> list[dict]:
     """Labelled mentions with a side: id, text, gold terms, split, the action of the latest decision on the
     mention (None if undecided) and its document ("" if none) -- what db.retrain reads its training and
     evaluation sets from."""
@@ -196,7 +196,7 @@ def labelled_mentions(s: Session, vocabulary_id: int) -> list[dict]:
     latest = dict(s.execute(select(Decision.mention_id, Decision.action).join(Mention, Mention.id == Decision.mention_id)
                             .join(Batch, Batch.id == Mention.batch_id)
                             .where(Batch.vocabulary_id == vocabulary_id, Decision.is_latest)).all())
-    docs = services.mention_documents(s, [r[0] for r in rows])
+    docs = services.mention_documents(s, [r[0] for r in rows]) if documents else {}
     return [{"id": i, "text": t, "gold_terms": list(g), "split": sp, "decision": latest.get(i),
              "document": docs.get(i, "")} for i, t, g, sp in rows]
 

@@ -79,6 +79,7 @@ class TrainingData:
     gold_excluded: int = 0  # coded mentions left out because they are gold
     new_texts: set[str] = field(default_factory=set)  # normalized mention texts with pairs after since_pair_id
     labelled_train: int = 0  # of ``coded``: labelled training-side mentions no coder decided
+    max_labelled_id: int = 0  # the newest labelled mention read (new_labelled_since_current counts after it)
 
 
 
@@ -171,7 +172,8 @@ def training_data_from_db(s, vocabulary_id: int, *, gold: list[LabelledMention] 
     return TrainingData(vocab, name, kept, list(gold), gold_source, neg, services.user_synonyms(s, vocabulary_id),
                         pair_counts(s, vocabulary_id), pair_counts(s, vocabulary_id, since_pair_id),
                         int(df["id"].max()) if len(df) else 0, len(coded) - len(kept), new_texts,
-                        sum(normalize(m.text) in extra_texts for m in kept))
+                        sum(normalize(m.text) in extra_texts for m in kept),
+                        max((m["id"] for m in labelled), default=0))
 
 
 def new_pairs_since_current(s, vocabulary_id: int, registry) -> dict[str, int]:
@@ -179,6 +181,16 @@ def new_pairs_since_current(s, vocabulary_id: int, registry) -> dict[str, int]:
     cur = registry.current()
     since = int(((cur or {}).get("train") or {}).get("max_pair_id", 0) or 0)
     return pair_counts(s, vocabulary_id, since)
+
+
+def new_labelled_since_current(s, vocabulary_id: int, registry) -> int:
+    """Labelled mentions on the training side that no coder decided (an imported file's gold terms), stored after
+    the current registered version read its data (all if none, or if it predates the count): they train the next
+    version although no decision made a training pair of them (a user test read 0 new signal after such an import)."""
+    cur = registry.current()
+    since = int(((cur or {}).get("train") or {}).get("max_labelled_id", 0) or 0)
+    return sum(1 for m in learning.labelled_mentions(s, vocabulary_id, documents=False)
+               if m["id"] > since and m["split"] == learning.TRAIN and m["decision"] is None)
 
 
 # ------------------------------------------------------------------------------------- the whole step
@@ -330,7 +342,8 @@ def _retrain(vocabulary_id, url, registry, gold, gate, base, current, opts: Retr
     say(0.93, "registering the new version")
     secs["total"] = round(time.perf_counter() - t0, 2)
     version = registry.register(engine, metrics, parent=parent, pairs=counts,
-                                train={"max_pair_id": data.max_pair_id, "seconds": secs, "n_train": len(train),
+                                train={"max_pair_id": data.max_pair_id, "max_labelled_id": data.max_labelled_id,
+                                       "seconds": secs, "n_train": len(train),
                                        "by": by}, gold_predictions=preds, extra_writer=writer)
     gate = gate or Gate()
     res = registry.promote(version, gate, baseline=baseline, baseline_predictions=base_preds, by=by)

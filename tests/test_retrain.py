@@ -105,6 +105,9 @@ def test_training_page_retrains_in_the_background_and_registers_a_gated_version(
     shown = {m.label: m.value for m in at.metric}
     assert shown["corrected"] == str(new["corrected"]) and shown["new synonyms"] == "1"
     assert shown["rejected candidates"] == str(new["rejected_candidate"])
+    # labelled mentions on the training side train the next version though no decision made pairs of them
+    n_train_side = sum(side == "train" for side in world["split"].values())
+    assert n_train_side > 0 and shown["labelled mentions"] == str(n_train_side)
     at.number_input(key="gate_margin").set_value(0.05)
     at.button(key="retrain").click()
     at.run()
@@ -163,6 +166,11 @@ def test_training_page_retrains_in_the_background_and_registers_a_gated_version(
     # coded mentions are part of the new model's history (the sieve knows them), those held out excepted
     assert {x.text for x in eng.history} >= {world["pool"][i].text for i, a in enumerate(world["actions"])
                                              if a in ("accept", "correct") and not F.in_holdout(world["pool"][i].text)}
+    # the labelled count is against the version serving: v1 read none of them, v2 all
+    with S.session_scope(url) as s:
+        assert R.new_labelled_since_current(s, vid, reg) == n_train_side
+        reg.promote(v2, force=True, by="lead1")
+        assert R.new_labelled_since_current(s, vid, reg) == 0
 
 
 def test_gate_keeps_the_current_model_when_the_new_one_is_worse(world):
