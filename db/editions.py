@@ -180,9 +180,9 @@ def _apply(s: Session, row: VocabularyRow, terms: dict[str, Term], vocab: Vocabu
         t.replaced_by_id = ids.get(successor.get(name))
     have = {tuple(r) for r in s.execute(select(Synonym.term_id, Synonym.text).join(Term, Term.id == Synonym.term_id)
                                         .where(Term.vocabulary_id == row.id))}
+    named = [(n, t) for n, lst in vocab.synonyms.items() for t in dict.fromkeys(lst)]
     # a renamed term keeps its old name as a synonym: coders type the name they know, and search finds it first
-    named = [(n, t) for n, lst in vocab.synonyms.items() for t in dict.fromkeys(lst)] + [(n, o) for o, n in
-                                                                                          diff.renamed]
+    named += [(new, old) for old, new in diff.renamed]
     syns = [{"term_id": ids[n], "text": t, "source": "vocabulary"} for n, t in dict.fromkeys(named)
             if (ids[n], t) not in have]
     if syns:

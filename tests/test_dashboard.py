@@ -69,6 +69,15 @@ def test_acceptance_overall_and_flags():
     assert acceptance(DECISIONS, k=6).summary["topk"] == pytest.approx(6 / 7)
 
 
+
+def test_an_accept_marked_not_related_counts_as_rejecting_all():
+    """d1 accepted A, but the coder marked it not related to A (key 5): no final term, so not top-1 but rejected."""
+    marked = DECISIONS.assign(relationship=["not-related-to"] + [""] * (len(DECISIONS) - 1))
+    flags = acceptance_flags(marked)
+    assert flags["top1"].tolist()[:2] == [False, False] and flags["rejected_all"].tolist()[0]
+    assert acceptance(marked).summary["rejected_all"] == pytest.approx(2 / 7)
+    assert acceptance(marked).summary["top1"] == pytest.approx(1 / 7)
+
 def test_acceptance_by_model_and_over_time():
     t = acceptance(DECISIONS, by="model_version").table.set_index("model_version")
     # v1 = d1..d4: top1 1/4, top5 2/4, rejected 1/4 ; v2 = d5 d6 d8: 1/3, 3/3, 0

@@ -18,6 +18,10 @@ from termnorm.evaluate import error_kind, evaluate_predictions
 
 # ---------------------------------------------------------------- acceptance of suggestions
 
+#: the FHIR relationship of terms a coder says the mention is not (db.decisions.NOT_RELATED)
+NOT_RELATED = "not-related-to"
+
+
 def acceptance_flags(decisions: pd.DataFrame, k: int = TOP_K) -> pd.DataFrame:
     """Per answer decision: ``top1``, ``topk``, ``rejected_all`` booleans (see :func:`acceptance`).
 
@@ -26,7 +30,9 @@ def acceptance_flags(decisions: pd.DataFrame, k: int = TOP_K) -> pd.DataFrame:
     """
     _need(decisions, ("terms", "suggested"), "decisions")
     d = _answers(decisions).copy()
-    final = [frozenset(x) for x in _lists(d, "terms", "decisions")]
+    # terms a coder marked "not related" (FHIR not-related-to) are what the mention is not: no final term, a rejection
+    unrelated = (d["relationship"] == NOT_RELATED).tolist() if "relationship" in d.columns else [False] * len(d)
+    final = [frozenset() if u else frozenset(x) for x, u in zip(_lists(d, "terms", "decisions"), unrelated)]
     chosen = _lists(d, "suggested", "decisions")
     shown = _lists(d, "shown", "decisions") if "shown" in d.columns else [list(c) for c in chosen]
     shown = [s if s else c for s, c in zip(shown, chosen)]
@@ -51,7 +57,7 @@ def acceptance(decisions: pd.DataFrame, by: str | None = None, k: int = TOP_K) -
     * top-k = the final set is non-empty and every final term is among the
       top ``k`` shown candidates;
     * rejected all = no final term is among the shown candidates (a
-      ``reject`` counts here).
+      ``reject`` counts here, and so do terms marked not related).
 
     Table columns: the group, ``n``, ``n_top1``, ``n_topk``, ``n_rejected``,
     ``top1``, ``topk``, ``rejected_all`` (shares of ``n``).
