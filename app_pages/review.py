@@ -91,7 +91,9 @@ st.dataframe(shown, hide_index=True, width="stretch", height=min(38 + 35 * len(s
              column_config={"confidence": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0,
                                                                           format="%.2f")})
 
-labels = {int(r["decision_id"]): f"#{r['position']} {r['mention']} → {_codes(r)} ({r['user']})"
+# a decision marked not related names terms the mention is *not*: the picker says so, not an arrow to them
+labels = {int(r["decision_id"]): f"#{r['position']} {r['mention']} "
+          f"{'✗ not related to' if r['relationship'] == services.NOT_RELATED else '→'} {_codes(r)} ({r['user']})"
           for r in df.to_dict(orient="records")}
 ids = list(labels)
 CHECKED_KEY = f"rv_checked_{len(ids)}"  # a new count (filters changed) asks again

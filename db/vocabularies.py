@@ -178,8 +178,8 @@ def term_synonyms(s: Session, vocabulary_id: int, term: str) -> list[dict]:
 
 def retired_notes(s: Session, vocabulary_id: int) -> dict[str, str]:
     """What to tell a coder who searches a retired name or one of its codes: key (name or code) -> "单侧甲状腺叶切除术
-    (06.2x00) was retired in edition 2 (2027)", plus its successor when it was renamed. Codes a term in force still
-    has are left out (the search finds them)."""
+    (06.2x00) was retired in edition 2 (2027)", or "... was renamed in edition 2 (2027): now 甲状腺病损局部切除术".
+    Codes a term in force still has are left out (the search finds them)."""
     from db.models import VocabularyEdition
 
     labels = dict(s.execute(select(VocabularyEdition.number, VocabularyEdition.label)
@@ -191,9 +191,10 @@ def retired_notes(s: Session, vocabulary_id: int) -> dict[str, str]:
     out: dict[str, str] = {}
     for t in s.scalars(select(Term).where(Term.vocabulary_id == vocabulary_id, Term.retired_edition.is_not(None))):
         label = (labels.get(t.retired_edition) or "").strip()
-        note = (f"{t.name} ({', '.join(t.codes or []) or 'no code'}) was retired in edition {t.retired_edition}"
-                + (f" ({label})" if label and label != str(t.retired_edition) else "")
-                + (f"; now {successors[t.replaced_by_id]}" if t.replaced_by_id in successors else ""))
+        renamed = successors.get(t.replaced_by_id)
+        note = (f"{t.name} ({', '.join(t.codes or []) or 'no code'}) was {'renamed' if renamed else 'retired'} in "
+                f"edition {t.retired_edition}" + (f" ({label})" if label and label != str(t.retired_edition) else "")
+                + (f": now {renamed}" if renamed else ""))
         for key in [t.name, *(c for c in t.codes or () if c not in live)]:
             out.setdefault(key, note)
     return out

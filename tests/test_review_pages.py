@@ -113,6 +113,9 @@ def test_not_related_by_key_is_said_so_and_not_taught_as_the_mention_s_term(team
         pairs = services.training_pairs_frame(s, team["vid"])
         assert set(pairs[pairs.mention_id == mid].label) == {0}
         assert services.mention(s, mid)["text"] not in {m.text for m in services.coded_mentions(s, team["vid"])}
+    # the lead's picker says it, so a lead does not approve it as a mapping unawares
+    lead = app_as("lead1", "review.py")
+    assert any(f"✗ not related to {terms[0]}" in o for o in lead.multiselect(key="rv_pick").options)
 
 def test_review_queue_filters_approves_sends_back_and_refuses_self_approval(team):
     url = team["url"]
@@ -250,7 +253,7 @@ def test_a_new_edition_uploaded_on_the_editions_page_sends_the_broken_decisions_
     run(vocab_page)
     found = vocab_page.dataframe[0].value
     assert (found.term.iloc[0], found["found as"].iloc[0]) == (renamed + "（新名）", "synonym")
-    assert any(f"{renamed} (" in c.value and f"retired in edition 2 (2027); now {renamed}（新名）" in c.value
+    assert any(f"{renamed} (" in c.value and f"renamed in edition 2 (2027): now {renamed}（新名）" in c.value
                for c in vocab_page.caption), [c.value for c in vocab_page.caption]
     vocab_page.text_input(key="vocab_q").set_value(retired)
     run(vocab_page)
