@@ -99,6 +99,11 @@ ids = list(labels)
 CHECKED_KEY = f"rv_checked_{len(ids)}"  # a new count (filters changed) asks again
 
 
+def every_shown(chosen) -> bool:
+    """Whether ``chosen`` is every decision shown (of several): approving it asks for the "checked all" box."""
+    return len(ids) > 1 and set(chosen) >= set(ids)
+
+
 # ---------------------------------------------------------------- actions
 def _report(what: str, out: dict, key: str) -> None:
     done = out.get(key, [])
@@ -113,7 +118,7 @@ def _report(what: str, out: dict, key: str) -> None:
 def on_approve(decision_ids: list[int]) -> None:
     # every decision shown, however chosen (the picker's "Select all" too), needs the box ticked: a user test
     # approved them all through "Select all" + "Approve chosen" without it
-    if len(ids) > 1 and set(decision_ids) >= set(ids) and not st.session_state.get(CHECKED_KEY):
+    if every_shown(decision_ids) and not st.session_state.get(CHECKED_KEY):
         _ui.flash("error", f"Not approved: these are all {len(ids)} decisions shown. Tick \"I have checked all "
                            f"{len(ids)} decisions shown\" first.")
         return
@@ -141,7 +146,7 @@ def on_send_back(decision_ids: list[int]) -> None:
 picked = st.multiselect("Decisions to act on", ids, format_func=labels.get, key="rv_pick",
                         placeholder="choose decisions, or approve every one shown")
 checked = st.checkbox(f"I have checked all {len(ids)} decisions shown (the table scrolls)", key=CHECKED_KEY)
-every = len(ids) > 1 and set(picked) >= set(ids)
+every = every_shown(picked)
 a = st.columns([1.4, 2, 3, 1.4], vertical_alignment="bottom")
 a[0].button("Approve chosen", type="primary", disabled=not picked or (every and not checked), on_click=on_approve,
             args=(list(picked),), key="rv_approve",

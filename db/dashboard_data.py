@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import pandas as pd
-from sqlalchemy import func, or_, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from db import auth, gold, services
@@ -131,9 +131,7 @@ def _gold_terms(s: Session, vocabulary_id: int | None, task_id: int | None,
 def _first_coded(s: Session, vocabulary_id: int | None) -> dict[str, object]:
     """normalized mention text -> time of the first accept / correct decision on it (the engine's history)."""
     q = (select(Mention.text, func.min(Decision.at)).join(Decision, Decision.mention_id == Mention.id)
-         .join(Batch, Batch.id == Mention.batch_id).where(Decision.action.in_(("accept", "correct")),
-                                                          or_(Decision.relationship.is_(None),
-                                                              Decision.relationship != services.NOT_RELATED))
+         .join(Batch, Batch.id == Mention.batch_id).where(Decision.action.in_(("accept", "correct")), services.MAPS)
          .group_by(Mention.text))
     if vocabulary_id is not None:
         q = q.where(Batch.vocabulary_id == vocabulary_id)

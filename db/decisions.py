@@ -30,6 +30,7 @@ from db.models import (
 )
 from db.suggestions import latest_suggestion_row
 from db.vocabularies import term_ids, term_rows
+from termnorm.coding_metrics.suggestions import NOT_RELATED
 from termnorm.records import LabelledMention
 
 # How many of a suggestion's ranked candidates the review screen shows. Those not
@@ -47,9 +48,10 @@ REVIEW_AFTER = {"flag": "flagged", "auto": "auto"}  # the mapping status a new d
 # of them, so each target is narrower than the mention; no term (reject) -- no relationship (FHIR noMap).
 SINGLE_RELATIONSHIP = "equivalent"
 PART_RELATIONSHIP = "source-is-broader-than-target"
-# the coder states the mention is *not* the terms it names (key 5): a FHIR statement kept for the record, never a
-# mapping -- no positive training pair (the terms are negatives), no coded history, not exported as a code
-NOT_RELATED = "not-related-to"
+# NOT_RELATED (termnorm.coding_metrics): the coder states the mention is *not* the terms it names (key 5): a FHIR
+# statement kept for the record, never a mapping -- no positive training pair (the terms are negatives), no coded
+# history, not exported as a code. MAPS: the SQL condition a decision with terms must meet to count as coding them.
+MAPS = or_(Decision.relationship.is_(None), Decision.relationship != NOT_RELATED)
 
 
 class NotYourMention(ValueError):
@@ -250,8 +252,7 @@ def coded_mentions(s: Session, vocabulary_id: int) -> list[LabelledMention]:
     q = (select(Mention.text, Decision.terms, Mention.source_row, Mention.document)
          .join(Decision, Decision.mention_id == Mention.id).join(Batch, Batch.id == Mention.batch_id)
          .where(Batch.vocabulary_id == vocabulary_id, Decision.is_latest,
-                Decision.action.in_(("accept", "correct")), Decision.review_status != "needs_rereview",
-                or_(Decision.relationship.is_(None), Decision.relationship != NOT_RELATED))
+                Decision.action.in_(("accept", "correct")), Decision.review_status != "needs_rereview", MAPS)
          .order_by(Decision.id))
     latest: dict[tuple, LabelledMention] = {}
     for text, terms, row, document in s.execute(q):  # a text per document: FED is not FED in another note

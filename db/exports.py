@@ -150,8 +150,7 @@ def _export(df: pd.DataFrame, fmt: str, *, title: str, map_id: str, sheet: str =
         return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode("utf-8"), \
             {"rows": len(records)}
     if fmt == "chip-cdn":
-        items = [{"text": r["mention"], "normalized_result": "##".join(r["terms"])} for r in records
-                 if r["terms"] and r.get("relationship") != services.NOT_RELATED]
+        items = [{"text": r["mention"], "normalized_result": "##".join(_mapped(r))} for r in records if _mapped(r)]
         return json.dumps(items, ensure_ascii=False, indent=1).encode("utf-8"), \
             {"rows": len(items), "left_out": len(records) - len(items)}
     cm = fhir_concept_map(records, title=title, map_id=map_id)
@@ -263,6 +262,11 @@ def _is_mapping(r: dict) -> bool:
     """A decision that states what the mention maps to: terms, or a rejection ("no term fits")."""
     action = r.get("action")
     return action == "reject" or (action not in NOT_MAPPINGS and bool(r.get("terms")))
+
+
+def _mapped(r: dict) -> list[str]:
+    """The terms a record maps its mention to: its terms, none when the coder marked them not related."""
+    return [] if r.get("relationship") == services.NOT_RELATED else list(r.get("terms") or [])
 
 
 def target_system(r: dict) -> str:
@@ -378,8 +382,7 @@ def omop_source_to_concept_map(df: pd.DataFrame, *, source_vocabulary_id: str | 
     for mention, r in latest.items():
         codes = list(r.get("codes") or [])
         # one row per target term; a rejection, or terms the coder said the mention is not, one row without a target
-        targets = [] if r.get("relationship") == services.NOT_RELATED else r["terms"]
-        for term, code in [(t, codes[i] if i < len(codes) else "") for i, t in enumerate(targets)] or [(None, "")]:
+        for term, code in [(t, codes[i] if i < len(codes) else "") for i, t in enumerate(_mapped(r))] or [(None, "")]:
             concept = ids.get((code or "").strip(), OMOP_NO_CONCEPT)
             if term is not None and concept == OMOP_NO_CONCEPT:
                 no_concept.append(code or f"{term} (no code)")
@@ -388,8 +391,7 @@ def omop_source_to_concept_map(df: pd.DataFrame, *, source_vocabulary_id: str | 
                          OMOP_VALID_START, OMOP_VALID_END, ""])
     report = {"rows": len(rows), "decisions": len(latest),
               "rejected": sum(1 for r in latest.values() if not r["terms"]),
-              "not_related": sum(1 for r in latest.values()
-                                 if r["terms"] and r.get("relationship") == services.NOT_RELATED),
+              "not_related": sum(1 for r in latest.values() if r["terms"] and not _mapped(r)),
               "source_vocabulary_id": source_vocabulary_id, "target_vocabulary_id": target_vocabulary_id,
               "concepts_given": concepts is not None, "concepts_read": len(ids), **_cuts(list(latest)),
               "no_concept": sorted(set(no_concept)), "rows_without_concept": len(no_concept)}

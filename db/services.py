@@ -57,6 +57,7 @@ from db.batches import (
     set_queue_order,
 )
 from db.decisions import (
+    MAPS,
     NOT_RELATED,
     PART_RELATIONSHIP,
     REVIEW_AFTER,
@@ -113,7 +114,7 @@ __all__ = [
     # db.suggestions
     "latest_suggestion", "latest_suggestion_versions", "store_suggestion", "store_suggestions",
     # db.decisions
-    "NOT_RELATED", "PART_RELATIONSHIP", "REVIEW_AFTER", "SHOWN_CANDIDATES", "SINGLE_RELATIONSHIP", "STATUS_AFTER",
+    "MAPS", "NOT_RELATED", "PART_RELATIONSHIP", "REVIEW_AFTER", "SHOWN_CANDIDATES", "SINGLE_RELATIONSHIP", "STATUS_AFTER",
     "NotYourMention", "coded_mentions", "default_relationship", "last_saved", "record_decision",
     "training_pairs_frame",
     # db.auto_coding
