@@ -94,6 +94,29 @@ def read_mentions(source, name: str | None = None) -> tuple[list[LabelledMention
 
 def read_mentions_report(source, name: str | None = None) -> MentionsRead:
     """Like :func:`read_mentions`, with the notices on imported rows and the number of data rows read."""
+    out = _read_report(source, name)
+    _say_repeats(out)
+    return out
+
+
+def _say_repeats(out: MentionsRead) -> None:
+    """A notice on each row whose mention (with its document) an earlier row of the file already has: it is
+    imported as a mention of its own, as a person may mean it, but a file joined twice must not pass unseen;
+    gold terms that disagree between the two rows are named."""
+    first: dict[tuple[str, str], LabelledMention] = {}
+    for m in out.good:
+        was = first.setdefault((m.text, m.document or ""), m)
+        if was is m:
+            continue
+        differ = sorted(was.terms) != sorted(m.terms)
+        out.notices.append(ImportProblem(out.file, m.row, (
+            f"same mention as row {was.row}" + (" (and the same document)" if m.document else "")
+            + ": imported as a mention of its own" + (
+                f"; the gold terms differ: {'##'.join(m.terms) or 'none'} here, {'##'.join(was.terms) or 'none'} "
+                f"in row {was.row}" if differ else ""))))
+
+
+def _read_report(source, name: str | None) -> MentionsRead:
     fname, data, problem = _load(source, name)
     if problem:
         return _failed(fname, problem)

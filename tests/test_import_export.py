@@ -730,3 +730,19 @@ def test_an_xlsx_export_names_the_cells_excel_cuts(db):
     assert "cut" not in export_batch(s, bid, "csv").report  # CSV keeps it whole
     df = pd.read_csv(io.BytesIO(export_batch(s, bid, "csv").data), keep_default_na=False)
     assert df["document"][0] == long_note
+
+
+def test_a_mention_repeated_in_one_file_is_imported_and_named(db, tmp_path):
+    """Seen in a browser: a file holding the same mention twice made two mentions without a word."""
+    s, vid = db
+    text = ("mention,terms,note\n甲状腺切除,甲状腺全部切除术,\n胆囊切除,胆囊切除术,\n甲状腺切除,甲状腺全部切除术,\n"
+            "胆囊切除,胆囊病损切除术,\n甲状腺切除,,术后第二天\n")
+    path = tmp_path / "repeats.csv"
+    path.write_text(text, encoding="utf-8")
+    report = S.import_mentions(s, str(path), "repeats", vid)
+    assert report.n_imported == 5 and adds_up(report) and not report.errors
+    assert [r for r, _, _ in imported(s, report)] == [2, 3, 4, 5, 6]  # all kept: a person may mean them
+    said = {n.row: n.problem for n in report.notices if "same mention" in n.problem}
+    assert said == {4: "same mention as row 2: imported as a mention of its own",
+                    5: "same mention as row 3: imported as a mention of its own; the gold terms differ: "
+                       "胆囊病损切除术 here, 胆囊切除术 in row 3"}  # row 6 has a document of its own
