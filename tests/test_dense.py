@@ -15,8 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
-from termnorm.dense.biencoder import BiEncoder, count_class, fit_count_head
+from termnorm.dense.biencoder import BiEncoder, clean_text, count_class, fit_count_head
 from termnorm.dense.index import DenseRecaller, TermIndex
 from termnorm.dense.mining import (
     calibrate_efn_beta,
@@ -492,3 +493,37 @@ def test_app_retraining_fine_tunes_a_cross_fitted_encoder_fold_by_fold(tiny_dir,
     for k in (0, 1):
         assert report["dense"]["folds"][k]["steps"] > 0
         assert not np.allclose(before.models[k].encode_terms(probe), after.models[k].encode_terms(probe))
+
+
+# ---------------------------------------------------------------- a bag of word pieces
+def test_a_static_encoder_trains_only_the_pieces_it_reads_and_reloads_as_a_model_folder(tiny_dir, demo, tmp_path):
+    vocab, mentions = demo
+    out = tmp_path / "static"
+    assert main(["--vocab", str(DEMO / "procedures.csv"), "--train", str(DEMO / "mentions.csv"),
+                 "--encoder", str(tiny_dir), "--static", "--objective", "nce", "--data", "vocab", "--epochs", "4",
+                 "--batch-size", "8", "--lr", "0.05", "--no-count-head", "--no-progress", "--out", str(out)]) == 0
+    untrained = BiEncoder.static_from_folder(tiny_dir, device="cpu")
+    enc = BiEncoder.load(out / "model", device="cpu")
+    assert enc.is_static and not fresh(tiny_dir).is_static and enc.query_prefix == enc.passage_prefix == ""
+    cfg = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    assert cfg["metrics"]["steps"] > 4 and not cfg["metrics"]["freeze_embeddings"]
+    # started from the transformer's own input table; SparseAdam moved the rows of pieces in the pairs, no other
+    start = BiEncoder.from_folder(tiny_dir, device="cpu").word_embeddings().weight.detach()
+    assert torch.equal(untrained.word_embeddings().weight.detach(), start)
+    moved = (enc.word_embeddings().weight.detach() != start).any(1).nonzero().flatten().tolist()
+    tok = untrained.model[0].tokenizer
+    read = {i for t in build_queries(vocab, [], "vocab").texts + vocab.names
+            for i in tok.encode(clean_text(t), add_special_tokens=False).ids}  # NFKC: ， reads as ,
+    assert moved and set(moved) <= read
+    # the synonyms it was trained on now find their terms more often
+    syns, own = zip(*[(s, vocab.names.index(n)) for n, ss in vocab.synonyms.items() for s in ss])
+
+    def own_name_first(e: BiEncoder) -> float:
+        return float(((e.encode_queries(list(syns)) @ e.encode_terms(vocab.names).T).argmax(1) == own).mean())
+
+    assert own_name_first(enc) > own_name_first(untrained) + 0.05, (own_name_first(untrained), own_name_first(enc))
+    probe = ["甲状腺病损切除术", "阑尾切除术"]
+    assert np.allclose(BiEncoder.load(out, device="cpu").encode_queries(probe), enc.encode_queries(probe))
+    from termnorm.loaders import load_vocabulary
+
+    assert len(DenseRecaller.load(out / "index", enc, load_vocabulary(DEMO / "procedures.csv")).recall(probe[0], 5)) == 5

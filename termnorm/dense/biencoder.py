@@ -208,6 +208,32 @@ class BiEncoder:
         pp = (E5_PASSAGE_PREFIX if e5 else "") if passage_prefix in (None, "auto") else passage_prefix
         return cls(st, qp, pp, source=str(path.resolve()))
 
+    @classmethod
+    def static_from_folder(cls, path, device: str | None = None) -> "BiEncoder":
+        """A bag of word pieces (sentence-transformers' ``StaticEmbedding``): the folder's tokenizer, each
+        piece's vector started from the model's input embeddings, a text's vector their mean; no attention,
+        so CPU training takes many passes over a vocabulary's synonyms in the time a transformer takes one.
+        No prefixes: a bag of pieces would only average them in."""
+        from sentence_transformers import SentenceTransformer
+        from sentence_transformers.sentence_transformer.modules import StaticEmbedding
+        from tokenizers import Tokenizer
+        from transformers import AutoModel
+
+        path = Path(path)
+        if not (path / "tokenizer.json").is_file():
+            raise FileNotFoundError(f"{path}: a static encoder needs the folder's fast tokenizer (tokenizer.json)")
+        weights = AutoModel.from_pretrained(str(path), local_files_only=True).get_input_embeddings().weight
+        static = StaticEmbedding(Tokenizer.from_file(str(path / "tokenizer.json")), weights.detach().clone())
+        st = SentenceTransformer(modules=[static], device=device or default_device())
+        return cls(st, "", "", source=str(path.resolve()))
+
+    @property
+    def is_static(self) -> bool:
+        """True for a bag of word pieces (:meth:`static_from_folder`), whose pieces' table is the model."""
+        from sentence_transformers.sentence_transformer.modules import StaticEmbedding
+
+        return isinstance(self.model[0], StaticEmbedding)
+
     @property
     def device(self) -> torch.device:
         return self.model.device
@@ -218,10 +244,11 @@ class BiEncoder:
 
     @property
     def max_seq_length(self) -> int:
-        return int(self.model.max_seq_length)
+        """Word pieces read per text; 0 for a static encoder, which reads them all."""
+        return 0 if self.is_static else int(self.model.max_seq_length)
 
-    def word_embeddings(self) -> nn.Embedding:
-        return self.model.transformers_model.get_input_embeddings()
+    def word_embeddings(self) -> nn.Module:
+        return self.model[0].embedding if self.is_static else self.model.transformers_model.get_input_embeddings()
 
     def freeze_word_embeddings(self, frozen: bool = True) -> int:
         """Freeze (or unfreeze) the word-embedding table; returns its parameter count.

@@ -32,10 +32,9 @@ majority class. With ``data="vocab"`` there are no mentions in the batches, so
 the head is only fitted afterwards on frozen embeddings of the labelled
 mentions (:func:`~termnorm.dense.biencoder.fit_count_head`).
 
-Why a hand-written loop rather than ``SentenceTransformerTrainer``: the
-trainer needs ``datasets`` + ``accelerate`` (not dependencies here), and every
-objective here re-mines negatives or rebuilds batches each epoch; the loop calls
-the sentence-transformers losses' ``compute_loss_from_embeddings`` directly.
+Why a hand-written loop rather than ``SentenceTransformerTrainer``: the trainer needs ``datasets`` +
+``accelerate`` (not dependencies here), and every objective here re-mines negatives or rebuilds batches
+each epoch; the loop calls the sentence-transformers losses' ``compute_loss_from_embeddings`` directly.
 """
 
 from __future__ import annotations
@@ -55,14 +54,8 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from termnorm.dense.biencoder import (
-    BiEncoder,
-    autocast_for,
-    count_class,
-    count_features,
-    fit_count_head,
-    fit_count_head_vectors,
-)
+from termnorm.dense.biencoder import BiEncoder, autocast_for, count_class, count_features, fit_count_head
+from termnorm.dense.biencoder import fit_count_head_vectors
 from termnorm.dense.mining import compose_batches, label_batches, random_negatives, related_by_code
 from termnorm.dense.mining import sample_hard_negatives, top_k_similar
 from termnorm.dense.train_prep import (
@@ -124,9 +117,9 @@ def train_biencoder(model: BiEncoder, vocab: Vocabulary, train: Sequence[Labelle
     emb_params = model.word_embeddings().weight.numel()
     freeze = c.freeze_embeddings
     if freeze is None:
-        freeze = device.type == "cpu" and emb_params > 1_000_000
+        freeze = device.type == "cpu" and emb_params > 1_000_000 and not model.is_static
     model.freeze_word_embeddings(bool(freeze))
-    joint_count = c.count_head and c.data != "vocab"
+    joint_count = c.count_head and c.data != "vocab" and not model.is_static  # static: its head is fitted after
     head = model.ensure_count_head() if joint_count else None
 
     if c.objective == "nce":
@@ -150,7 +143,11 @@ def train_biencoder(model: BiEncoder, vocab: Vocabulary, train: Sequence[Labelle
     if head is not None:  # a fresh 3-way head learns nothing at the encoder's 2e-5 in a few epochs
         groups.append({"params": list(head.parameters()), "lr": max(c.lr, c.head_lr)})
         params = params + groups[-1]["params"]
-    opt = torch.optim.AdamW(groups, weight_decay=c.weight_decay)
+    if model.is_static:  # a step reads a few hundred of 250k pieces: update those rows, not the whole table
+        model.word_embeddings().sparse = True
+        opt = torch.optim.SparseAdam(groups)
+    else:
+        opt = torch.optim.AdamW(groups, weight_decay=c.weight_decay)
     from termnorm.encoder.device import grad_scaler
 
     scaler = grad_scaler(str(device))
@@ -264,7 +261,8 @@ def train_biencoder(model: BiEncoder, vocab: Vocabulary, train: Sequence[Labelle
             opt.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()  # scaling only for fp16 autocast; a pass-through on CPU / bf16
             scaler.unscale_(opt)
-            torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm)
+            if not model.is_static:  # sparse gradients have no norm in torch; Adam's steps are bounded anyway
+                torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm)
             scaler.step(opt)
             scaler.update()
             scheduler.step()
@@ -391,6 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--device", help="cpu / cuda (default: cuda when present)")
     ap.add_argument("--threads", type=int, help="CPU threads for torch (1 is fastest on a busy shared machine)")
     ap.add_argument("--layers", type=int, help="keep only the first N encoder layers (speed, approach A)")
+    ap.add_argument("--static", action="store_true", help="a bag of the encoder's word pieces (no attention)")
     ap.add_argument("--hard-terms", type=int, default=3, help="nce: hard negative terms per mention")
     ap.add_argument("--hard-queries", type=int, default=10, help="nce: hard negative mentions per term")
     ap.add_argument("--related-not-negative", action="store_true",
@@ -446,7 +445,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _train_one(args, folder: Path, vocab, train, val, out: Path, t0: float) -> None:
     """Train one bi-encoder on ``train`` and write ``out``: model/, index/ and config.json (last)."""
-    model = BiEncoder.from_folder(folder, device=args.device, max_seq_length=args.max_seq_length, layers=args.layers)
+    model = BiEncoder.static_from_folder(folder, args.device) if args.static else \
+        BiEncoder.from_folder(folder, device=args.device, max_seq_length=args.max_seq_length, layers=args.layers)
     freeze = {"auto": None, "yes": True, "no": False}[args.freeze_embeddings]
     state: dict = {}
     config = BiEncoderTrainConfig(objective=args.objective, epochs=args.epochs, batch_size=args.batch_size,
