@@ -256,7 +256,7 @@ def candidate_table_html(cands: list[Candidate], mention_spans: list[KeywordSpan
     return f'<table class="tn-cands">{head}{"".join(rows)}</table>'
 
 
-_MARKDOWN = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$])")
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:])")  # ":" too: :red[x] is Streamlit colour
 
 
 def md(text) -> str:

@@ -23,6 +23,8 @@ from termnorm.records import LabelledMention
 #: a long note that defines PAF far down: the document box must open at the definition, not at the note's top
 NOTE = "主诉：" + "反复心悸。" * 1000 + "既往诊断为阵发性心房颤动（PAF），长期口服华法林。" + "出院医嘱：" + "按时服药。" * 600
 XSS = '<img src=x onerror="window.__pwned=1">右侧甲状腺肿块切除<script>window.__pwned=2</script>'
+#: a coder's flag comment with Streamlit's colour directive and a link: shown as typed
+FLAG = ":red[urgent] 10:30 [click](http://evil.example)"
 
 
 @pytest.fixture
@@ -39,10 +41,14 @@ def server(tmp_path):
         xss_batch = services.create_batch(s, "hostile", vid, [XSS, "腹腔镜下胆囊切除术"])
         note_batch = services.create_batch(s, "long note", services.vocabulary_id(s, "demo-diagnoses"),
                                            [LabelledMention("PAF", [], i, document=NOTE) for i in (1, 2)])
+        services.ensure_user(s, "zhao", "lead")  # flagged mentions are served to leads
+        services.ensure_user(s, "li")
+        flag_batch = services.create_batch(s, "asked", vid, ["甲状腺病损切除术"])
+        services.record_decision(s, services.mentions(s, flag_batch)[0]["id"], "li", "flag", comment=FLAG)
     services.dispose(url)
     env = dict(os.environ, TERMNORM_DB_URL=url, TERMNORM_AUTH="off")  # sign-in: see tests/test_gold_browser.py
     with streamlit_app(env, log=tmp_path / "streamlit.log") as base:
-        yield base, xss_batch, note_batch
+        yield base, xss_batch, note_batch, flag_batch
 
 
 @pytest.fixture
@@ -54,7 +60,7 @@ def page():
 def test_coding_page_in_browser(server, page, tmp_path):
     from termnorm.engine import demo_mentions
 
-    base, xss_batch, _ = server
+    base, xss_batch, _, _ = server
     first = demo_mentions("procedures")[0].text
 
     # -- the coding page of the first demo batch: highlighted mention, candidates, actions
@@ -86,7 +92,7 @@ def test_coding_page_in_browser(server, page, tmp_path):
 def test_the_search_box_answers_while_the_coder_types(server, page):
     """No Enter and no pause: each keystroke reruns the search fragment, so the results follow the typing; Add puts
     the found term in the terms box."""
-    base, _, _ = server
+    base, _, _, _ = server
     page.goto(base + "/")
     box = page.get_by_label("Search the vocabulary")
     box.wait_for()
@@ -112,7 +118,7 @@ def test_the_document_box_opens_at_the_definition_the_engine_used(server, page, 
     note's top, so the coder scrolled to find it); shown whole, it scrolls there again; a coder's own scroll stays
     until the switch is turned again or the next mention, from the same note, opens (Streamlit redraws both in
     the box's old element, which kept the coder's scroll: found by trying it as a coder)."""
-    base, _, note_batch = server
+    base, _, note_batch, _ = server
     page.goto(f"{base}/?batch={note_batch}")
     page.locator("[data-testid=tn-spelled-out]").wait_for()
     settle(page)
@@ -142,3 +148,16 @@ def test_the_document_box_opens_at_the_definition_the_engine_used(server, page, 
     page.locator("[class*='st-key-accept_'] button").first.click()  # the next mention, from the same note
     page.get_by_text("The document mention #2 was found in").click()
     page.wait_for_function(in_view)
+
+
+def test_a_flag_comment_reads_as_the_coder_typed_it(server, page):
+    """Seen in a browser: ':red[…]' in a flag comment showed as '[…]' (Streamlit's colour directive ran)."""
+    base, _, _, flag_batch = server
+    page.goto(f"{base}/?batch={flag_batch}&coder=zhao")
+    box = page.locator("[data-testid=stAlert]").filter(has_text="Flagged by")
+    box.wait_for()
+    settle(page)
+    assert box.inner_text().strip().endswith(f"Flagged by li: {FLAG}")  # after the icon's name
+    # no link hides where it goes: the bare address (GFM links it) is the only one, and reads as its target
+    links = box.locator("a").evaluate_all("as => as.map(a => [a.textContent, a.getAttribute('href')])")
+    assert links == [["http://evil.example", "http://evil.example"]], links
