@@ -270,14 +270,15 @@ def _mapped(r: dict) -> list[str]:
 
 
 def target_system(r: dict) -> str:
-    """``group.target``: the code system's canonical with the edition as its version (``uri|edition``).
+    """``group.target``: the code system's canonical with the edition (its label, else its number) as its version.
 
-    >>> target_system({"code_system": "urn:termnorm:vocabulary:icd9", "edition": "2024 北京临床版"})
+    >>> target_system({"code_system": "urn:termnorm:vocabulary:icd9", "edition": 2, "edition_label": "2024 北京临床版"})
     'urn:termnorm:vocabulary:icd9|2024%20北京临床版'
     """
     system = r.get("code_system") or services.code_system(str(r.get("vocabulary") or "vocabulary"))
     # a canonical holds no whitespace, and "|" / "#" would end its version: those are percent-encoded
-    edition = _VERSION_UNSAFE.sub(lambda m: quote(m.group()), str(r.get("edition") or "").strip())
+    given = r.get("edition_label") or r.get("edition")
+    edition = _VERSION_UNSAFE.sub(lambda m: quote(m.group()), str("" if pd.isna(given) else given).strip())
     return f"{system}|{edition}" if edition else system
 
 

@@ -26,7 +26,7 @@ from db.models import (
 # was imported from (a data team's key back to its rows); ``document``, the note or abstract it was read in;
 # ``read_as``, the mention as the engine read it for the suggestion the decision answered ("" if as written)
 DECISION_COLUMNS = ["decision_id", "batch_id", "batch", "vocabulary", "mention_id", "position", "mention", "action",
-                    "terms", "codes", "term_ids", "code_system", "edition", "relationship", "review_status",
+                    "terms", "codes", "term_ids", "code_system", "edition", "edition_label", "relationship", "review_status",
                     "reviewed_by", "reviewed_at", "review_note", "user", "at", "seconds", "comment",
                     "model_version", "suggested", "confidence", "gold_terms", "is_latest", "source_row", "document",
                     "read_as"]
@@ -43,8 +43,8 @@ def decisions_frame(s: Session, batch_id: int | None = None, history: bool = Fal
 
     ``terms``, ``codes`` (the code exported for each term: the one the coder
     picked, else the term's most specific), ``term_ids``, ``suggested`` and
-    ``gold_terms`` are lists; ``code_system`` and ``edition`` (the edition's
-    label, else its number) say where the codes come from; ``relationship`` and
+    ``gold_terms`` are lists; ``code_system``, ``edition`` (its number, 1 for the first import) and
+    ``edition_label`` (the label given to it on import, else "") say where the codes come from; ``relationship`` and
     ``review_status`` are the mapping's; ``confidence`` / ``suggested`` are
     those of the suggestion the decision answered, and so is ``read_as``: the mention as the engine read it
     (abbreviations spelled out; "" when read as written or answered without a suggestion).
@@ -62,18 +62,20 @@ def decisions_frame(s: Session, batch_id: int | None = None, history: bool = Fal
     if not history:
         q = q.where(Decision.is_latest)
     rows = s.execute(q).all()
-    labels = {(v, n): lab or str(n) for v, n, lab in s.execute(
+    labels = {(v, n): lab or "" for v, n, lab in s.execute(
         select(VocabularyEdition.vocabulary_id, VocabularyEdition.number, VocabularyEdition.label))}
     data = []
     for d, m, bname, vid, vname, uri, uname, rname, chosen, conf, read_as in rows:
         codes = [c or "" for c in (d.codes or [])]
-        edition = labels.get((vid, d.edition), "") if d.edition is not None else ""
         data.append([d.id, m.batch_id, bname, vname, m.id, m.position, m.text, d.action, list(d.terms),
-                     codes, list(d.term_ids or []), code_system(vname, uri), edition, d.relationship or "",
+                     codes, list(d.term_ids or []), code_system(vname, uri), d.edition,
+                     labels.get((vid, d.edition), ""), d.relationship or "",
                      d.review_status, rname or "", d.reviewed_at, d.review_note or "", uname, d.at, d.seconds,
                      d.comment, d.model_version, list(chosen or []), conf, list(m.gold_terms or []), d.is_latest,
                      m.source_row, m.document or "", read_as or ""])
-    return pd.DataFrame(data, columns=DECISION_COLUMNS)
+    frame = pd.DataFrame(data, columns=DECISION_COLUMNS)
+    frame["edition"] = frame["edition"].astype("Int64")  # a number in every row ("" in CSV for none)
+    return frame
 
 
 def export_decisions(s: Session, batch_id: int | None, fmt: str, approved_only: bool = False, **omop) -> bytes:

@@ -232,7 +232,7 @@ def test_migration_fills_export_codes_and_keeps_every_decision(tmp_path, yidu):
                                         [terms[names[2]].id]]
         assert list(df["relationship"]) == ["equivalent", "source-is-broader-than-target", "", "equivalent"]
         assert list(df["review_status"]) == ["unchecked", "unchecked", "unchecked", "auto"]
-        assert set(df["edition"]) == {"1"}
+        assert set(df["edition"]) == {1} and set(df["edition_label"]) == {""}
         assert s.scalar(select(M.TrainingPair.term_id)) == terms[names[0]].id
         assert [e["number"] for e in editions.editions(s, 1)] == [1]
         m = s.get(M.Mention, 1)
@@ -314,7 +314,11 @@ def test_a_new_edition_flags_exactly_the_affected_decisions(yidu_db, yidu):
         assert S.mention(s, first["id"])["status"] == "decided"
         # exports say the edition of each code
         df = S.decisions_frame(s, bid).set_index("mention_id")
-        assert df.loc[first["id"]].edition == "2026" and df.loc[mids[-2]].edition == "1"
+        # ...as a number in every row, with the label the lead gave it beside (not one or the other)
+        assert (df.loc[first["id"]].edition, df.loc[first["id"]].edition_label) == (2, "2026")
+        assert (df.loc[mids[-2]].edition, df.loc[mids[-2]].edition_label) == (1, "")
+        lines = [json.loads(x) for x in S.export_decisions(s, bid, "jsonl").decode().splitlines()]
+        assert {(r["edition"], r["edition_label"]) for r in lines} == {(1, ""), (2, "2026")}
         # the same file again (a double click on Import) changes nothing and says so
         with pytest.raises(ValueError, match="same names and codes as edition 2"):
             editions.import_edition(s, vid, new, "2026", "lead", source_file="code-2026.txt")
