@@ -22,7 +22,8 @@ abbreviation       the query is an abbreviation (``PCI``): its expansions       
 contained          names / synonyms that contain the query: those starting      ``name_contains``
                    with it first, then shorter before longer                   ``synonym_contains``
 similar            the character TF-IDF / Jaccard union (the engine's          ``tfidf``,
-                   ``_search_union``), what the search did before               ``jaccard`` ...
+                   ``_search_union``), what the search did before; only names   ``jaccard`` ...
+                   holding half the query's letters (:data:`MIN_SHARED`)
 =================  ==========================================================  ===============
 
 When a code reading finds anything, that is the whole answer: names that
@@ -154,6 +155,21 @@ def abbreviation_pairs(table) -> list[tuple[str, str]]:
         for e in ([exp] if isinstance(exp, str) else exp):
             out.append((abbr, e))
     return out
+
+
+_WORDS = re.compile(r"[a-z]+|[^\W\d_a-z]")
+
+
+def _found(word: str, form: str) -> bool:
+    if len(word) < 3 or word in form:
+        return word in form
+    grams = {word[i:i + 3] for i in range(len(word) - 2)}
+    return 2 * sum(g in form for g in grams) > len(grams)
+
+
+#: a similar-reading result must hold at least this share of the query's letters (:meth:`VocabularySearch.shares`):
+#: a typo keeps most of them (甲壮腺病损切除术), a string of keys or a word from elsewhere few (asdfgh, 你好世界)
+MIN_SHARED = 0.5
 
 
 class VocabularySearch:
@@ -384,9 +400,24 @@ class VocabularySearch:
                 add("synonym_contains", [h for h in contained if h[3]]):
             return self._ranked(hits)
         for c in self.similar([query])[0]:
-            if add("similar", [(c.term, c.score, "")], c.scores):
+            if self.shares(query, c.term) >= MIN_SHARED and add("similar", [(c.term, c.score, "")], c.scores):
                 break
         return self._ranked(hits)
+
+    def shares(self, query: str, name: str) -> float:
+        """The share of the query's words found in the name or one of its synonyms, where a word is a Chinese
+        character or a run of Latin letters (digits and signs aside); a run is found when it is in the form,
+        or for runs of 3 letters or more, when most of its letter trigrams are (diabetis in diabetes). Character
+        n-grams alone also match a query nothing like a term (asdfgh -> 内镜下胃黏膜下剥离术[ESD])."""
+        words = set(_WORDS.findall(normalize(query).lower()))
+        if not words:
+            return 1.0
+        best = 0.0
+        for form in (name, *self.vocabulary.synonyms.get(name, ())):
+            f = normalize(form).lower()
+            best = max(best, sum(_found(w, f) for w in words) / len(words))
+        return best
+
 
     def _abbreviation(self, expansions: list[str], add) -> bool:
         """Each expansion as a name or synonym, inside names, then by similarity (all of them above the raw
