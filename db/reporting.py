@@ -26,8 +26,8 @@ from db.models import (
 # was imported from (a data team's key back to its rows); ``document``, the note or abstract it was read in;
 # ``read_as``, the mention as the engine read it for the suggestion the decision answered ("" if as written)
 DECISION_COLUMNS = ["decision_id", "batch_id", "batch", "vocabulary", "mention_id", "position", "mention", "action",
-                    "terms", "codes", "term_ids", "code_system", "edition", "edition_label", "relationship", "review_status",
-                    "reviewed_by", "reviewed_at", "review_note", "user", "at", "seconds", "comment",
+                    "terms", "codes", "term_ids", "code_system", "edition", "edition_label", "relationship",
+                    "review_status", "reviewed_by", "reviewed_at", "review_note", "user", "at", "seconds", "comment",
                     "model_version", "suggested", "confidence", "gold_terms", "is_latest", "source_row", "document",
                     "read_as"]
 
@@ -44,8 +44,8 @@ def decisions_frame(s: Session, batch_id: int | None = None, history: bool = Fal
     ``terms``, ``codes`` (the code exported for each term: the one the coder
     picked, else the term's most specific), ``term_ids``, ``suggested`` and
     ``gold_terms`` are lists; ``code_system``, ``edition`` (its number, 1 for the first import) and
-    ``edition_label`` (the label given to it on import, else "") say where the codes come from; ``relationship`` and
-    ``review_status`` are the mapping's; ``confidence`` / ``suggested`` are
+    ``edition_label`` (the label given to it on import, else "") say where the codes come from;
+    ``relationship`` and ``review_status`` are the mapping's; ``confidence`` / ``suggested`` are
     those of the suggestion the decision answered, and so is ``read_as``: the mention as the engine read it
     (abbreviations spelled out; "" when read as written or answered without a suggestion).
     """

@@ -23,7 +23,7 @@ contained          names / synonyms that contain the query: those starting      
                    with it first, then shorter before longer                   ``synonym_contains``
 similar            the character TF-IDF / Jaccard union (the engine's          ``tfidf``,
                    ``_search_union``), what the search did before; only names   ``jaccard`` ...
-                   holding half the query's letters (:data:`MIN_SHARED`)
+                   holding half the query's words (:data:`MIN_SHARED`)
 =================  ==========================================================  ===============
 
 When a code reading finds anything, that is the whole answer: names that
@@ -161,13 +161,14 @@ _WORDS = re.compile(r"[a-z]+|[^\W\d_a-z]")
 
 
 def _found(word: str, form: str) -> bool:
-    if len(word) < 3 or word in form:
+    """A query's word in a normalized form: as it is, or (3 letters or more) by most of its letter trigrams."""
+    if word in form or len(word) < 3:
         return word in form
     grams = {word[i:i + 3] for i in range(len(word) - 2)}
     return 2 * sum(g in form for g in grams) > len(grams)
 
 
-#: a similar-reading result must hold at least this share of the query's letters (:meth:`VocabularySearch.shares`):
+#: a similar-reading result must hold at least this share of the query's words (:meth:`VocabularySearch.shares`):
 #: a typo keeps most of them (甲壮腺病损切除术), a string of keys or a word from elsewhere few (asdfgh, 你好世界)
 MIN_SHARED = 0.5
 
@@ -417,7 +418,6 @@ class VocabularySearch:
             f = normalize(form).lower()
             best = max(best, sum(_found(w, f) for w in words) / len(words))
         return best
-
 
     def _abbreviation(self, expansions: list[str], add) -> bool:
         """Each expansion as a name or synonym, inside names, then by similarity (all of them above the raw

@@ -526,4 +526,5 @@ def test_a_static_encoder_trains_only_the_pieces_it_reads_and_reloads_as_a_model
     assert np.allclose(BiEncoder.load(out, device="cpu").encode_queries(probe), enc.encode_queries(probe))
     from termnorm.loaders import load_vocabulary
 
-    assert len(DenseRecaller.load(out / "index", enc, load_vocabulary(DEMO / "procedures.csv")).recall(probe[0], 5)) == 5
+    index = DenseRecaller.load(out / "index", enc, load_vocabulary(DEMO / "procedures.csv"))
+    assert len(index.recall(probe[0], 5)) == 5

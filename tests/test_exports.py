@@ -130,7 +130,8 @@ def test_a_rejection_is_in_csv_xlsx_jsonl_and_a_fhir_no_map(db):
     assert [r[7] for r in ws.iter_rows(min_row=2, values_only=True)] == ["correct", "reject", "skip", "flag"]
     jsonl = [json.loads(x) for x in S.export_decisions(s, bid, "jsonl").decode().splitlines()]
     assert [(r["action"], r["terms"]) for r in jsonl][1] == ("reject", [])
-    assert jsonl[0]["code_system"] == "urn:termnorm:vocabulary:procedures" and (jsonl[0]["edition"], jsonl[0]["edition_label"]) == (1, "")
+    assert jsonl[0]["code_system"] == "urn:termnorm:vocabulary:procedures"
+    assert (jsonl[0]["edition"], jsonl[0]["edition_label"]) == (1, "")
     cm = validated(S.export_decisions(s, bid, "fhir"))
     (group,) = cm["group"]
     assert [e["code"] for e in group["element"]] == ["右侧甲状腺肿块切除", "奇怪的写法"]  # skip / flag: no mapping
