@@ -194,7 +194,8 @@ def _apply(s: Session, row: VocabularyRow, terms: dict[str, Term], vocab: Vocabu
 
 def _broken_decisions(s: Session, vocabulary_id: int, terms: dict[str, Term], vocab: Vocabulary, diff: EditionDiff,
                       number: int, label: str) -> list[tuple[Decision, Mention, str]]:
-    """Latest mapped decisions that point at a retired / renamed term or export a code its term lost, with why."""
+    """Latest mapped decisions that point at a retired / renamed term or export a code its term lost, with why.
+    A decision marked not related to its terms maps nothing, so no edition can break it."""
     edition = f"edition {number}" + (f" ({label.strip()})" if (label or "").strip() else "")
     why_term = {o: f"{o} was renamed {n} in {edition}" for o, n in diff.renamed}
     why_term |= {o: f"{o} was retired in {edition}" for o in diff.retired}
@@ -202,7 +203,8 @@ def _broken_decisions(s: Session, vocabulary_id: int, terms: dict[str, Term], vo
     by_id = {t.id: t for t in terms.values()}
     q = (select(Decision, Mention).join(Mention, Mention.id == Decision.mention_id)
          .join(Batch, Batch.id == Mention.batch_id)
-         .where(Batch.vocabulary_id == vocabulary_id, Decision.is_latest, Decision.action.in_(MAPPED_ACTIONS)))
+         .where(Batch.vocabulary_id == vocabulary_id, Decision.is_latest, Decision.action.in_(MAPPED_ACTIONS),
+                services.MAPS))
     out = []
     for d, m in s.execute(q):
         names = _decision_names(d, by_id)

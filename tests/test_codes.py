@@ -327,6 +327,22 @@ def test_a_new_edition_flags_exactly_the_affected_decisions(yidu_db, yidu):
         assert entry.username == "lead" and entry.details["rereview"] == 59
 
 
+def test_a_decision_marked_not_related_to_a_retired_term_is_not_sent_to_rereview(yidu_db, yidu):
+    """Seen in a browser: 'not related to X' went to re-review when X was retired, though it maps nothing."""
+    url, vid = yidu_db
+    new, changes = derived_edition(yidu, random.Random(3))
+    gone, renamed = sorted(changes["drop"])[0], sorted(changes["rename"])[0]
+    with S.session_scope(url) as s:
+        bid = S.create_batch(s, "b", vid, ["提及甲", "提及乙", "提及丙"])
+        mids = [m["id"] for m in S.mentions(s, bid)]
+        S.record_decision(s, mids[0], "alice", "correct", [gone])
+        S.record_decision(s, mids[1], "alice", "correct", [gone], relationship=S.NOT_RELATED)
+        S.record_decision(s, mids[2], "alice", "correct", [renamed], relationship=S.NOT_RELATED)
+        out = editions.import_edition(s, vid, new, "2026", "lead", source_file="code-2026.txt")
+        assert out["rereview"] == 1 and [m["id"] for m in S.mentions(s, bid, status="rereview")] == [mids[0]]
+        assert S.mention(s, mids[1])["decision"]["review_status"] == "unchecked"
+
+
 def test_an_edition_retiring_most_terms_is_imported_only_when_that_number_is_confirmed(yidu_db, yidu):
     """Seen in a browser: a one-row file retired 207 of 208 terms in one click. Now it is refused, nothing changed,
     until the lead confirms the number it retires; a file retiring a few terms needs no confirmation."""
