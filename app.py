@@ -71,7 +71,7 @@ ss = st.session_state
 with st.sidebar:
     if signed_in:
         who = st.columns([3, 2], vertical_alignment="center")
-        who[0].markdown(f"**{_ui.esc(user['username'])}** · {user['role']}")
+        who[0].markdown(f"**{_ui.md(user['username'])}** · {user['role']}")
         who[1].button("Sign out", on_click=_ui.sign_out, icon=":material/logout:", type="tertiary")
     else:  # sign-in switched off (TERMNORM_AUTH=off): the typed name says who decided
         st.text_input("Your name", max_chars=100, **_bound("_username", "username"))

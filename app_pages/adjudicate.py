@@ -140,7 +140,7 @@ def chips(terms: list[str]) -> str:
 cols = st.columns(len(answers))
 for col, (who, terms) in zip(cols, answers.items()):
     with col.container(border=True):
-        st.markdown(f"**{_ui.esc(who)}**")
+        st.markdown(f"**{_ui.md(who)}**")
         _ui.markup(chips(terms))
         st.button(f"Use {who}'s answer", key=f"adj_use_{task_id}_{mid}_{who}", on_click=on_use, args=(terms,),
                   width="stretch")

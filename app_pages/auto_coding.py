@@ -53,7 +53,7 @@ if engine_version != version:  # build_engine falls back to the shipped model fo
     refuse(f"{version or record['version']} was measured but the app serves {engine_version}: it was made for "
            "another edition of the vocabulary")
 measured = f" (the shipped model, as measured {record['measured'][:10]})" if promoted is None else ""
-st.markdown(f"Serving model: **{_ui.esc(version)}**{measured}, measured on **{len(preds)}** held-out mentions.")
+st.markdown(f"Serving model: **{_ui.md(version)}**{measured}, measured on **{len(preds)}** held-out mentions.")
 
 # ---------------------------------------------------------------- the threshold
 c = st.columns(3)

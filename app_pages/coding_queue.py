@@ -63,7 +63,7 @@ with _ui.session() as s:
     last = services.last_saved(s, ctx.batch_id, ctx.username)
 
 head = st.columns([3, 2], vertical_alignment="bottom")
-head[0].markdown(f"### Coding · {_ui.esc(batch['name'])}")
+head[0].markdown(f"### Coding · {_ui.md(batch['name'])}")
 head[1].progress(done / total if total else 0.0, text=f"**{done} / {total}** coded")
 if last:  # read from the database on every draw: after a restart or a dropped connection it says what was kept
     at = (last["at"] if last["at"].tzinfo else last["at"].replace(tzinfo=timezone.utc)).astimezone()
@@ -332,7 +332,7 @@ if in_box:
 for term in in_box:
     term_codes = vocab.codes_of(term)
     row = st.columns([2, 5], vertical_alignment="center")
-    row[0].markdown(f"{_ui.esc(term)}")
+    row[0].markdown(f"{_ui.md(term)}")
     if len(term_codes) > 1:
         key = f"code_{mid}_{vocab.index(term)}"  # ASCII: the key is also the element's CSS class
         st.session_state.setdefault(key, export_code(term))

@@ -30,7 +30,7 @@ with _ui.session() as s:
     history = editions.editions(s, ctx.vocabulary_id)
 
 current = history[-1] if history else None
-st.markdown(f"### Editions · {_ui.esc(vocab['name'])}")
+st.markdown(f"### Editions · {_ui.md(vocab['name'])}")
 st.write(f"Edition in force: **{vocab['edition']}**" + (f" ({_ui.md(current['label'])})" if current and current["label"]
                                                          else "") + f" · {vocab['n_terms']} term" + ("" if vocab["n_terms"] == 1 else "s"))
 

@@ -113,7 +113,7 @@ with _ui.session() as s:
     overall, pairs = gold.task_agreement(s, ctx.username, task_id)
 how = overall.get("how", {})
 
-st.markdown(f"#### Agreement · {_ui.esc(t['name'])}")
+st.markdown(f"#### Agreement · {_ui.md(t['name'])}")
 st.caption(f"{t['mode']} · {t['per_mention']} annotators per mention · {t['n_mentions']} mentions"
            + (f" (random sample, seed {t['seed']})" if t["sample_size"] else "")
            + f" · created by {t['created_by']} · {overall['n_multi']} mentions with ≥ 2 answers so far")

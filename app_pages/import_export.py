@@ -161,7 +161,7 @@ def on_precompute(batch_id: int) -> None:
 st.subheader("Pre-compute suggestions")
 current = next((b for b in batch_list if b["id"] == ctx.batch_id), None)
 if current is not None:
-    st.caption(f'Suggests, in the background, for every waiting mention of **{_ui.esc(current["name"])}** (the '
+    st.caption(f'Suggests, in the background, for every waiting mention of **{_ui.md(current["name"])}** (the '
                "sidebar batch) that has no suggestion of the serving model yet, and stores them, so coders only "
                "read the database. Coding goes on meanwhile; a cancelled run resumes where it stopped.")
     jobs_runner = JobRunner()
@@ -183,7 +183,7 @@ if current is not None:
 
     st.subheader("Queue order")
     c = st.columns([3, 1], vertical_alignment="bottom")
-    c[0].selectbox(f'Coders of **{_ui.esc(current["name"])}** are served', services.ORDERS,
+    c[0].selectbox(f'Coders of **{_ui.md(current["name"])}** are served', services.ORDERS,
                    index=services.ORDERS.index(current["queue_order"]), key=f"queue_order_{current['id']}",
                    format_func=services.ORDER_LABELS.get)
     c[1].button("Apply", key="queue_order_apply", on_click=on_order, args=(current["id"],), width="stretch")
@@ -292,7 +292,7 @@ if batch_list:
     if ready is not None and ready["options"] == export_options(export_id, fmt):
         out = ready["export"]
         show_report(out.report)
-        st.download_button(f"Download {out.file_name}", data=out.data, file_name=out.file_name, mime=out.mime,
+        st.download_button(f"Download {_ui.md(out.file_name)}", data=out.data, file_name=out.file_name, mime=out.mime,
                            key="export_download", type="primary", on_click="ignore",
                            help=f"Prepared at {ready['at']}: prepare again to include later decisions.")
     elif ready is not None:

@@ -43,7 +43,7 @@ def pct(x) -> str:
 
 
 # ---------------------------------------------------------------- what serves
-st.markdown(f"### Training · {_ui.esc(vocab_name)}")
+st.markdown(f"### Training · {_ui.md(vocab_name)}")
 serving = registry.serving()
 if serving is None:
     st.caption("Serving: **the shipped model** (lexical pipeline, with the cold-start ranker where the vocabulary "

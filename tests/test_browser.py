@@ -23,6 +23,8 @@ from termnorm.records import LabelledMention
 #: a long note that defines PAF far down: the document box must open at the definition, not at the note's top
 NOTE = "主诉：" + "反复心悸。" * 1000 + "既往诊断为阵发性心房颤动（PAF），长期口服华法林。" + "出院医嘱：" + "按时服药。" * 600
 XSS = '<img src=x onerror="window.__pwned=1">右侧甲状腺肿块切除<script>window.__pwned=2</script>'
+#: a batch name any coder may give, with Markdown in it: shown as typed wherever the name is
+BATCH = "hostile :red[紧急] *粗体* [link](http://evil.example) $x^2$"
 #: a coder's flag comment with Streamlit's colour directive and a link: shown as typed
 FLAG = ":red[urgent] 10:30 [click](http://evil.example)"
 
@@ -38,7 +40,7 @@ def server(tmp_path):
     with services.session_scope(url) as s:
         _ui.seed_demo(s)
         vid = services.vocabulary_id(s, "demo-procedures")
-        xss_batch = services.create_batch(s, "hostile", vid, [XSS, "腹腔镜下胆囊切除术"])
+        xss_batch = services.create_batch(s, BATCH, vid, [XSS, "腹腔镜下胆囊切除术"])
         note_batch = services.create_batch(s, "long note", services.vocabulary_id(s, "demo-diagnoses"),
                                            [LabelledMention("PAF", [], i, document=NOTE) for i in (1, 2)])
         services.ensure_user(s, "zhao", "lead")  # flagged mentions are served to leads
@@ -87,6 +89,10 @@ def test_coding_page_in_browser(server, page, tmp_path):
     assert page.evaluate("[...document.querySelectorAll('script')].filter(s => s.text.includes('__pwned')).length") == 0
     assert page.evaluate("typeof window.__pwned") == "undefined"
     assert page.locator(".tn-mention span.kw-site").count() >= 1  # still highlighted
+    title = page.locator("h3").filter(has_text="Coding ·")  # the batch's name reads as typed: no link, no colour
+    assert title.inner_text().strip() == f"Coding · {BATCH}"
+    links = title.locator("a").evaluate_all("as => as.map(a => [a.textContent, a.getAttribute('href')])")
+    assert all(href.startswith("#") or text == href for text, href in links), links  # the heading's own anchor
 
 
 def test_the_search_box_answers_while_the_coder_types(server, page):

@@ -19,6 +19,7 @@ from helpers import rerun as run
 from sqlalchemy import update
 from streamlit.testing.v1 import AppTest
 
+from app_pages._markup import md
 from db import editions, exports, review
 from db import imports as dbio
 from db import services as S
@@ -347,7 +348,7 @@ def test_page_prepares_the_export_then_downloads_ready_bytes(app_db, tmp_path):
     (button,) = at.get("download_button")
     # the bytes were handed over when the button was drawn: nothing is built when it is clicked
     assert button.proto.url and not button.proto.deferred_file_id
-    assert button.label == f"Download {ready.file_name}" and ready.file_name.endswith("_source_to_concept_map.csv")
+    assert button.label == f"Download {md(ready.file_name)}" and ready.file_name.endswith("_source_to_concept_map.csv")
     df = omop_rows(ready.data)
     assert list(df.columns) == OMOP_HEADER
     assert len(df) == n_terms and df.target_concept_id[0] == "4000001"  # the approved decision only
