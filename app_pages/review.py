@@ -85,11 +85,15 @@ def _codes(row) -> str:
 shown = pd.DataFrame({
     "#": df["position"], "mention": df["mention"], "action": df["action"],
     "terms (code exported)": df.apply(_codes, axis=1), "relationship": df["relationship"], "coder": df["user"],
-    "status": df["review_status"], "confidence": df["confidence"], "note": df["review_note"], "batch": df["batch"],
-    "edition": df["edition"]})
+    "coder's comment": df["comment"], "status": df["review_status"], "confidence": df["confidence"],
+    "note": df["review_note"], "batch": df["batch"],
+    "edition": [f"{n} ({lab})" if lab else str(n) for n, lab in zip(df["edition"].fillna(0), df["edition_label"])]})
 st.dataframe(shown, hide_index=True, width="stretch", height=min(38 + 35 * len(shown), 420),
-             column_config={"confidence": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0,
-                                                                          format="%.2f")})
+             column_config={"confidence": st.column_config.ProgressColumn(
+                 "model confidence", min_value=0.0, max_value=1.0, format="%.2f",
+                 help="the engine's own score for the suggestion the coder answered (accepted or not); the coding "
+                      "page puts it in words only once the serving version was measured on held-out mentions"),
+                 "coder's comment": st.column_config.TextColumn(help="why the coder flagged, skipped or chose")})
 
 # a decision marked not related names terms the mention is *not*: the picker says so, not an arrow to them
 labels = {int(r["decision_id"]): f"#{r['position']} {r['mention']} "

@@ -118,6 +118,22 @@ def test_not_related_by_key_is_said_so_and_not_taught_as_the_mention_s_term(team
     lead = app_as("lead1", "review.py")
     assert any(f"✗ not related to {terms[0]}" in o for o in lead.multiselect(key="rv_pick").options)
 
+def test_the_review_table_shows_the_coder_s_comment_and_the_edition_by_number(team):
+    """Seen in a browser: a flagged decision's question showed only on the coding page, not to the reviewing lead."""
+    url = team["url"]
+    (mid,) = code_as(url, "zhang", 1)
+    with services.session_scope(url) as s:
+        other = next(m["id"] for m in services.mentions(s, team["bid"]) if m["id"] != mid)
+        services.record_decision(s, other, "zhang", "flag", comment="which side? *left*")
+    at = app_as("lead1", "review.py")
+    table = at.dataframe[0].value.set_index("#")
+    by_mention = dict(zip(table["mention"], table["coder's comment"]))
+    with services.session_scope(url) as s:
+        assert by_mention[services.mention(s, other)["text"]] == "which side? *left*"
+        assert by_mention[services.mention(s, mid)["text"]] == ""
+    assert set(table["edition"]) == {"1"}
+
+
 def test_review_queue_filters_approves_sends_back_and_refuses_self_approval(team):
     url = team["url"]
     zhang = code_as(url, "zhang", 3)
