@@ -143,6 +143,9 @@ def _read_report(source, name: str | None) -> MentionsRead:
             return out
         if kind == "json":
             return _from_json(fname, data)
+        if _binary(data):
+            return _failed(fname, "not a text file: its bytes are binary (an image, a PDF, a damaged file?); import "
+                                  "CSV / TSV (UTF-8, GB18030 or UTF-16), XLSX or JSON")
         rows, nul_rows = _csv_rows(data)
         return _from_table(fname, rows, None, nul_rows)
     except Exception as e:  # last resort: the UI must get a report, never a traceback
@@ -188,6 +191,15 @@ def _kind(fname: str, data: bytes) -> str:
     if ext not in (".csv", ".tsv", ".txt") and data.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"[", b"{"):
         return "json"
     return "csv"
+
+
+def _binary(data: bytes) -> bool:
+    """Control bytes (tab and line breaks aside) in more than 5% of the first 8 KiB, and more than 8: no text file
+    has them (a stray NUL or two are cleaned with a notice), random or compressed bytes have one in nine."""
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):  # UTF-16 with its BOM: every other byte is NUL in Chinese-free text
+        return False
+    head = data[:8192]
+    return sum(1 for b in head if b < 32 and b not in (9, 10, 12, 13)) > max(8, 0.05 * len(head))
 
 
 def _decode_text(data: bytes) -> str:
@@ -253,8 +265,17 @@ def _csv_rows(data: bytes) -> tuple[list[tuple[int, list[str] | str]], set[int]]
     tcol = find_column(header, TERMS_COLUMNS)
     spans: list[tuple[range, list[str] | str]] = []  # the lines of each row, its cells
     for start, end, cells in records:
-        if start == end or _one_row(cells, per_line[start:end], col, tcol, len(header)):
+        whole = start == end or not _rows_inside(per_line[start:end], col, len(header))
+        broken = next((what for c, what in ((col, "mention"), (tcol, "gold terms"))
+                       if c is not None and c < len(cells) and "\n" in cells[c]), None)
+        if whole and not broken:
             spans.append((range(start, end + 1), cells))
+        elif whole and len(cells) == len(header):  # well quoted, but a mention is one line: say that, not "quote"
+            first = len(spans) + 1
+            spans.append((range(start, start + 1), f"the quoted {broken} holds a line break ({end - start + 1} "
+                                                   f"lines): a {broken} is one line; join them and import the row"))
+            spans.extend((range(n, n + 1), f"continues the quoted {broken} of row {first} (a line break in it)")
+                         for n in range(start + 1, end + 1))
         else:
             spans.extend((range(n, n + 1), c) for n, c in per_line[start - 1:end])
     return ([(row, cells) for row, (_, cells) in enumerate(spans, start=1)],
@@ -286,13 +307,10 @@ def _records(lines: list[str], delimiter: str) -> list[tuple[int, int, list[str]
     return out
 
 
-def _one_row(cells: list[str], continuation, col: int, tcol: int | None, width: int) -> bool:
-    """Whether a record spanning lines is one row (a quoted multi-line note), not rows a stray quote swallowed."""
-    for c in (col, tcol):
-        if c is not None and c < len(cells) and "\n" in cells[c]:
-            return False
-    return not any(isinstance(c, list) and len(c) >= width and col < len(c) and c[col].strip()
-                   for _, c in continuation)
+def _rows_inside(continuation, col: int, width: int) -> bool:
+    """Whether a continuation line of a record spanning lines reads as a row of the file on its own: rows a
+    stray quote swallowed, not a quoted multi-line note."""
+    return any(isinstance(c, list) and len(c) >= width and col < len(c) and c[col].strip() for _, c in continuation)
 
 
 def _xlsx_rows(data: bytes):

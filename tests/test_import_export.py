@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import random
 from pathlib import Path
 
 import openpyxl
@@ -247,6 +248,16 @@ def test_wholly_unreadable_files_give_one_clear_error(db, tmp_path, name, conten
     assert S.batches(s) == []
 
 
+def test_a_binary_file_named_csv_is_said_to_be_no_text_file():
+    """Seen in a browser: random bytes named .csv read as 'unreadable header: unbalanced quote'."""
+    noise = random.Random(5).randbytes(4000)
+    read = dbio.read_mentions_report(noise, name="scan.csv")
+    assert [(e.row, e.problem.split(":")[0]) for e in read.errors] == [(None, "not a text file")] and not read.good
+    # a text file with a stray NUL or two stays a text file (the NUL is removed with a notice)
+    read = dbio.read_mentions_report("mention\n胆囊\x00切除\n阑尾\x00切除\n".encode(), name="nul.csv")
+    assert [m.text for m in read.good] == ["胆囊切除", "阑尾切除"] and not read.errors
+
+
 def test_missing_file_and_uploaded_file_objects(db, tmp_path):
     s, vid = db
     rep = S.import_mentions(s, tmp_path / "nope.csv", "x", vid)
@@ -350,7 +361,10 @@ def test_a_quoted_line_break_in_a_mention_rejects_both_lines_and_imports_no_half
     path = tmp_path / "pandas.csv"
     pd.DataFrame({"mention": ["阑尾切除", "胆囊切除术\n第二行", "甲状腺全切"]}).to_csv(path, index=False)
     read = dbio.read_mentions_report(path)
-    assert [(e.row, e.problem) for e in read.errors] == [(3, dbio.UNBALANCED_QUOTE), (4, dbio.UNBALANCED_QUOTE)]
+    # named for what it is (a helper read "unbalanced quote" on this well-quoted cell and looked for a stray ")
+    assert [(e.row, e.problem) for e in read.errors] == [
+        (3, "the quoted mention holds a line break (2 lines): a mention is one line; join them and import the row"),
+        (4, "continues the quoted mention of row 3 (a line break in it)")]
     assert [(m.row, m.text) for m in read.good] == [(2, "阑尾切除"), (5, "甲状腺全切")]
     assert read.n_read == 4 and adds_up(read)
 
