@@ -76,7 +76,8 @@ def on_import(confirm_retired: int | None = None) -> None:
         try:
             new = load_vocabulary(path, name=vocab["name"])
         except (DataFormatError, ValueError, OSError) as e:
-            _ui.flash("error", f"{up.name}: not imported: {str(e).replace(str(path), up.name)}")
+            why = str(e).replace(str(path), up.name).removeprefix(f"{up.name}: ")  # the loader names the file too
+            _ui.flash("error", f"{up.name}: not imported: {why}")
             return
     try:
         with _ui.session() as s:

@@ -219,6 +219,16 @@ def test_a_coder_cannot_open_the_review_or_editions_page(team):
         assert any("lead role" in e.value for e in at.error)
 
 
+def test_an_edition_file_that_cannot_be_read_is_named_once_in_the_error(team):
+    at = app_as("lead1", "editions.py")
+    at.file_uploader(key="ed_file").set_value(("empty.txt", b"", "text/plain"))
+    run(at)
+    at.button(key="ed_import").click()
+    run(at)
+    said = [e.value.replace("\\", "") for e in at.error]  # as it reads (the flash escapes Markdown)
+    assert said and said[0].startswith("empty.txt: not imported: ") and said[0].count("empty.txt") == 1, said
+
+
 def test_a_new_edition_uploaded_on_the_editions_page_sends_the_broken_decisions_to_rereview(team, tmp_path):
     url = team["url"]
     done = code_as(url, "zhang", 4)
