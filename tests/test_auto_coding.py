@@ -14,6 +14,7 @@ from scipy.stats import binomtest
 from sqlalchemy import func, select, update
 from streamlit.testing.v1 import AppTest
 
+from app_pages._markup import md
 from db import auth, auto_coding, services, serving
 from db.models import AuditLog, Decision, Term
 from termnorm.engine import Engine
@@ -217,7 +218,7 @@ def test_the_shipped_model_once_measured_auto_codes_its_own_suggestions(team):
     assert serving.serving_version(url, vid) is None  # nothing promoted: the shipped model serves
     at = page_as("lead1", team)
     assert not at.warning or all("refused" not in w.value for w in at.warning)
-    assert any(f"**{shipped.model_version}** (the shipped model, as measured" in m.value for m in at.markdown)
+    assert any(f"**{md(shipped.model_version)}** (the shipped model, as measured" in m.value for m in at.markdown)
     assert [m.value for m in at.metric][:2] == [f"{t:.4f}", "100.0%"]
     hit = [i for i in ids if confs[i] >= t]
     at.button(key="ac_go").click()
