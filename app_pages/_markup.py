@@ -62,6 +62,7 @@ table.tn-cands tr.tn-pick td:first-child{border-left:4px solid #16a34a}
 .tn-new{color:#92400e;background:#fef3c7;border-radius:3px;padding:0 .25rem}
 .tn-keys{font-size:.8rem;color:#6b7280}
 .st-key-_on_screen{display:none}
+[class*="st-key-tn_script_"]{display:none}
 .tn-keys kbd{border:1px solid #d1d5db;border-bottom-width:2px;border-radius:4px;padding:0 4px;font-size:.8rem;background:#fff}
 </style>
 """
@@ -272,7 +273,7 @@ def md(text) -> str:
 #: The browser's half of the coding page's dwell rule (app_pages/coding_queue.py MIN_GAP_S): the server measures
 #: from when it drew a mention to when it runs the click, so a loaded server can run late a key pressed 0.1 s
 #: after the page changed. In the page itself (a script added once to the app's document, outside the
-#: component's frame), every key press that is not typing and every click on a main-area button within
+#: script's frame), every key press that is not typing and every click on a main-area button within
 #: MIN_MS of the mention on screen changing is dropped before Streamlit sees it. "Changing" is the mention's
 #: text or the hidden echo of its id: a held key decided mentions 17-180 ms after their text showed while the
 #: echo, drawn last, still named the previous one; a change of the text is seen by a MutationObserver at once.
@@ -307,7 +308,7 @@ _DWELL_GUARD = """
 
 
 def dwell_guard_html(min_seconds: float) -> str:
-    """A zero-height component's HTML that installs :data:`_DWELL_GUARD` in the app's document (same origin)."""
+    """A page script's HTML (_ui.page_script) that installs :data:`_DWELL_GUARD` in the app's document (same origin)."""
     code = _DWELL_GUARD.replace("MIN_MS", str(int(round(min_seconds * 1000))))
     return ("<script>const d = window.parent.document; if (!window.parent.__tnDwell) {"
             " const s = d.createElement('script'); s.textContent = " + json.dumps(code) + "; d.head.appendChild(s); }"
@@ -315,7 +316,7 @@ def dwell_guard_html(min_seconds: float) -> str:
 
 
 def scroll_to_top_html(mention_id: int) -> str:
-    """A zero-height component's HTML that scrolls the page (Streamlit's ``stMain``) to the top once per mention
+    """A page script's HTML (_ui.page_script) that scrolls the page (Streamlit's ``stMain``) to the top once per mention
     shown: a rerun keeps the scroll, so after a save at the candidate table the next mention opened half-way
     down. The same mention drawn again (a term picked) keeps where the coder is."""
     return ("<script>const w = window.parent; if (w.__tnTop !== " + json.dumps(str(mention_id)) + ") {"
@@ -386,7 +387,7 @@ _FOCUS_SCROLL = """
 
 
 def focus_scroll_html() -> str:
-    """A zero-height component's HTML that installs :data:`_FOCUS_SCROLL` in the app's document (same origin)."""
+    """A page script's HTML (_ui.page_script) installing :data:`_FOCUS_SCROLL` in the app's document (same origin)."""
     return ("<script>const d = window.parent.document; if (!window.parent.__tnFocus) {"
             " const s = d.createElement('script'); s.textContent = " + json.dumps(_FOCUS_SCROLL) + ";"
             " d.head.appendChild(s); }</script>")

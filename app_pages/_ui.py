@@ -183,15 +183,20 @@ def _sso_user() -> str | None:
 
 def cookie_script() -> None:
     """Set or clear the session cookie in the browser when a sign-in or sign-out asked for it. Streamlit has no
-    API to set a cookie; a zero-height component runs the script in the app's origin (same-origin frame)."""
+    API to set a cookie; a hidden page script (:func:`page_script`) runs in the app's origin."""
     token = st.session_state.pop("_set_cookie", None)
     if token is None:
         return
-    import streamlit.components.v1 as components
-
     age = int(auth.session_hours() * 3600) if token else 0
-    components.html(f"<script>document.cookie = '{SESSION_COOKIE}={token}; path=/; max-age={age}; "
-                    "SameSite=Strict';</script>", height=0)
+    page_script(f"<script>document.cookie = '{SESSION_COOKIE}={token}; path=/; max-age={age}; "
+                "SameSite=Strict';</script>", "cookie")
+
+
+def page_script(html: str, key: str) -> None:
+    """Run ``html``'s script in the app's origin: ``st.iframe`` of it (same-origin, scripts allowed; Streamlit
+    deprecated ``components.v1.html`` for it), one pixel high in a container the page's CSS hides."""
+    with st.container(key=f"tn_script_{key}"):
+        st.iframe(html, height=1)
 
 
 def current_user() -> dict | None:

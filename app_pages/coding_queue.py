@@ -15,7 +15,6 @@ import time
 from datetime import timezone
 
 import streamlit as st
-import streamlit.components.v1 as components
 
 from db import auth, learning, review, services
 from app_pages import _markup, _ui
@@ -398,10 +397,10 @@ st.session_state.setdefault(f"drawn_at_{mid}", time.time())
 st.session_state[ON_SCREEN] = str(mid)
 st.text_input("mention on screen", key=ON_SCREEN, label_visibility="collapsed")
 if MIN_GAP_S > 0:  # the same rule in the browser, where the key press happens (app_pages/_markup.py _DWELL_GUARD)
-    components.html(_markup.dwell_guard_html(MIN_GAP_S), height=0)
-components.html(_markup.scroll_to_top_html(mid), height=0)  # a new mention opens at its top
+    _ui.page_script(_markup.dwell_guard_html(MIN_GAP_S), "dwell")
+_ui.page_script(_markup.scroll_to_top_html(mid), "top")  # a new mention opens at its top
 if document:  # its document box opens at the definition the engine used (deep in a long note)
-    components.html(_markup.focus_scroll_html(), height=0)
+    _ui.page_script(_markup.focus_scroll_html(), "focus")
 
 # ---------------------------------------------------------------- prepare the next mentions (page already drawn)
 prepared_key = "_prepared"
