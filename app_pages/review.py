@@ -87,7 +87,8 @@ shown = pd.DataFrame({
     "terms (code exported)": df.apply(_codes, axis=1), "relationship": df["relationship"], "coder": df["user"],
     "coder's comment": df["comment"], "status": df["review_status"], "confidence": df["confidence"],
     "note": df["review_note"], "batch": df["batch"],
-    "edition": [f"{n} ({lab})" if lab else str(n) for n, lab in zip(df["edition"].fillna(0), df["edition_label"])]})
+    "edition": ["" if pd.isna(n) else f"{n} ({lab})" if lab else str(n)
+                for n, lab in zip(df["edition"], df["edition_label"])]})
 st.dataframe(shown, hide_index=True, width="stretch", height=min(38 + 35 * len(shown), 420),
              column_config={"confidence": st.column_config.ProgressColumn(
                  "model confidence", min_value=0.0, max_value=1.0, format="%.2f",

@@ -196,7 +196,7 @@ def _kind(fname: str, data: bytes) -> str:
 def _binary(data: bytes) -> bool:
     """Control bytes (tab and line breaks aside) in more than 5% of the first 8 KiB, and more than 8: no text file
     has them (a stray NUL or two are cleaned with a notice), random or compressed bytes have one in nine."""
-    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):  # UTF-16 with its BOM: every other byte is NUL in Chinese-free text
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):  # UTF-16 with its BOM: every other byte is NUL in ASCII text
         return False
     head = data[:8192]
     return sum(1 for b in head if b < 32 and b not in (9, 10, 12, 13)) > max(8, 0.05 * len(head))
@@ -273,7 +273,7 @@ def _csv_rows(data: bytes) -> tuple[list[tuple[int, list[str] | str]], set[int]]
         elif whole and len(cells) == len(header):  # well quoted, but a mention is one line: say that, not "quote"
             first = len(spans) + 1
             spans.append((range(start, start + 1), f"the quoted {broken} holds a line break ({end - start + 1} "
-                                                   f"lines): a {broken} is one line; join them and import the row"))
+                                                   "lines) but must be one line: join them and import the row"))
             spans.extend((range(n, n + 1), f"continues the quoted {broken} of row {first} (a line break in it)")
                          for n in range(start + 1, end + 1))
         else:

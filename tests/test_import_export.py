@@ -363,7 +363,7 @@ def test_a_quoted_line_break_in_a_mention_rejects_both_lines_and_imports_no_half
     read = dbio.read_mentions_report(path)
     # named for what it is (a helper read "unbalanced quote" on this well-quoted cell and looked for a stray ")
     assert [(e.row, e.problem) for e in read.errors] == [
-        (3, "the quoted mention holds a line break (2 lines): a mention is one line; join them and import the row"),
+        (3, "the quoted mention holds a line break (2 lines) but must be one line: join them and import the row"),
         (4, "continues the quoted mention of row 3 (a line break in it)")]
     assert [(m.row, m.text) for m in read.good] == [(2, "阑尾切除"), (5, "甲状腺全切")]
     assert read.n_read == 4 and adds_up(read)
