@@ -400,17 +400,18 @@ class VocabularySearch:
         if add("name_contains", [h for h in contained if not h[3]]) or \
                 add("synonym_contains", [h for h in contained if h[3]]):
             return self._ranked(hits)
+        words = set(_WORDS.findall(normalize(query).lower()))  # read once: shares() runs on each similar name
         for c in self.similar([query])[0]:
-            if self.shares(query, c.term) >= MIN_SHARED and add("similar", [(c.term, c.score, "")], c.scores):
+            if self.shares(words, c.term) >= MIN_SHARED and add("similar", [(c.term, c.score, "")], c.scores):
                 break
         return self._ranked(hits)
 
-    def shares(self, query: str, name: str) -> float:
-        """The share of the query's words found in the name or one of its synonyms, where a word is a Chinese
-        character or a run of Latin letters (digits and signs aside); a run is found when it is in the form,
-        or for runs of 3 letters or more, when most of its letter trigrams are (diabetis in diabetes). Character
-        n-grams alone also match a query nothing like a term (asdfgh -> 内镜下胃黏膜下剥离术[ESD])."""
-        words = set(_WORDS.findall(normalize(query).lower()))
+    def shares(self, words: set[str], name: str) -> float:
+        """The share of the query's ``words`` found in the name or one of its synonyms, where a word is a Chinese
+        character or a run of Latin letters (digits and signs aside; :data:`_WORDS` of the normalized query); a
+        run is found when it is in the form, or for runs of 3 letters or more, when most of its letter trigrams
+        are (diabetis in diabetes). Character n-grams alone also match a query nothing like a term (asdfgh ->
+        内镜下胃黏膜下剥离术[ESD])."""
         if not words:
             return 1.0
         best = 0.0

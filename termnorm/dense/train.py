@@ -113,13 +113,13 @@ def train_biencoder(model: BiEncoder, vocab: Vocabulary, train: Sequence[Labelle
     if c.objective in ("nce", "triplet_online") and not queries.texts:
         raise ValueError(f"no training pairs: data={c.data!r} gives no mentions or synonyms with known terms")
 
-    device = model.device
+    device, static = model.device, model.is_static  # static: a bag of word pieces (BiEncoder.static_from_folder)
     emb_params = model.word_embeddings().weight.numel()
     freeze = c.freeze_embeddings
     if freeze is None:
-        freeze = device.type == "cpu" and emb_params > 1_000_000 and not model.is_static
+        freeze = device.type == "cpu" and emb_params > 1_000_000 and not static
     model.freeze_word_embeddings(bool(freeze))
-    joint_count = c.count_head and c.data != "vocab" and not model.is_static  # static: its head is fitted after
+    joint_count = c.count_head and c.data != "vocab" and not static  # static: its head is fitted after
     head = model.ensure_count_head() if joint_count else None
 
     if c.objective == "nce":
@@ -143,7 +143,7 @@ def train_biencoder(model: BiEncoder, vocab: Vocabulary, train: Sequence[Labelle
     if head is not None:  # a fresh 3-way head learns nothing at the encoder's 2e-5 in a few epochs
         groups.append({"params": list(head.parameters()), "lr": max(c.lr, c.head_lr)})
         params = params + groups[-1]["params"]
-    if model.is_static:  # a step reads a few hundred of 250k pieces: update those rows, not the whole table
+    if static:  # a step reads a few hundred of 250k pieces: update those rows, not the whole table
         model.word_embeddings().sparse = True
         opt = torch.optim.SparseAdam(groups)
     else:
@@ -261,7 +261,7 @@ def train_biencoder(model: BiEncoder, vocab: Vocabulary, train: Sequence[Labelle
             opt.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()  # scaling only for fp16 autocast; a pass-through on CPU / bf16
             scaler.unscale_(opt)
-            if not model.is_static:  # sparse gradients have no norm in torch; Adam's steps are bounded anyway
+            if not static:  # sparse gradients have no norm in torch; Adam's steps are bounded anyway
                 torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm)
             scaler.step(opt)
             scaler.update()
