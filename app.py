@@ -53,9 +53,16 @@ with _ui.session() as s:
             st.session_state["vocabulary_id"] = int(st.query_params["vocabulary"])
         else:
             st.session_state["_unknown_link"] = f"vocabulary {st.query_params['vocabulary']}"
+    elif "vocabulary_id" not in st.session_state and "batch_id" not in st.session_state:
+        # a new session at the bare address (a new sign-in, a new tab): back to the user's last work
+        last = services.last_batch(s, st.session_state.get("username") or "")
+        if last:
+            st.session_state["vocabulary_id"], st.session_state["batch_id"] = last["vocabulary_id"], last["id"]
 
 
 def _keep(widget_key: str, state_key: str) -> None:
+    if st.session_state[widget_key] != st.session_state.get(state_key):
+        _ui.release_held()  # another batch, vocabulary or name: the mention left on screen goes back to the queue
     st.session_state[state_key] = st.session_state[widget_key]
     st.session_state.pop("_unknown_link", None)  # a choice made: the stale link's warning has done its work
 

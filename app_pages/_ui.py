@@ -130,11 +130,24 @@ def sign_in(username: str, remember: bool = True) -> None:
             st.session_state["_set_cookie"] = auth.create_session(s, username)
 
 
+HOLDING = "_holding"  # the mention this browser's coding page claimed last (db.batches.next_mention)
+
+
+def release_held() -> None:
+    """The user leaves the mention on their screen undecided (signs out, switches batch or name): colleagues are
+    served it at once rather than after services.CLAIM_MINUTES."""
+    mention_id, name = st.session_state.pop(HOLDING, None), (st.session_state.get("username") or "").strip()
+    if mention_id and name:
+        with session() as s:
+            services.release_claim(s, mention_id, name)
+
+
 def sign_out() -> None:
     """Forget the user and everything this browser session held (widget state of the previous user), end the
     session the cookie holds, and have the cookie cleared (and, after single sign-on, the provider's sign-in
     in this app: app.py calls st.logout at the next run)."""
     name = st.session_state.get(AUTH_KEY)
+    release_held()
     if name:
         with session() as s:
             auth.record_sign_out(s, name, st.context.cookies.get(SESSION_COOKIE))

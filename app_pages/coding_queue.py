@@ -88,6 +88,8 @@ if others:
     head[1].caption(f"{others} other mention(s) on colleagues' screens now")
 
 mid, text = current["id"], current["text"]
+if not passing_by:
+    st.session_state[_ui.HOLDING] = mid  # released if the coder signs out or switches batch (_ui.release_held)
 st.session_state.setdefault(f"shown_at_{mid}", time.time())
 
 # The terms box. What the coder sees in it is what Save saves: the widget's own value, read under the key it

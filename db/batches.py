@@ -351,6 +351,22 @@ def claimed_by_others(s: Session, batch_id: int, username: str) -> int:
         Mention.claimed_at >= cutoff, Mention.status.not_in(FINAL_STATUSES))) or 0
 
 
+def last_batch(s: Session, username: str) -> dict | None:
+    """Where the user was last at work: the batch of their latest decision or live claim, whichever came later
+    (``{"id", "vocabulary_id"}``), or None; a new sign-in opens it rather than the first batch of the list."""
+    cutoff = utcnow() - timedelta(minutes=CLAIM_MINUTES)
+    held = s.execute(select(Mention.batch_id, Mention.claimed_at).where(
+        Mention.claimed_by == username, Mention.claimed_at >= cutoff).order_by(Mention.claimed_at.desc()).limit(1)).first()
+    decided = s.execute(select(Mention.batch_id, Decision.at).join(Decision, Decision.mention_id == Mention.id)
+                        .join(User, User.id == Decision.user_id).where(User.username == username)
+                        .order_by(Decision.at.desc(), Decision.id.desc()).limit(1)).first()
+    found = [r for r in (held, decided) if r is not None]
+    if not found:
+        return None
+    batch_id = max(found, key=lambda r: _aware(r[1]))[0]
+    return {"id": batch_id, "vocabulary_id": s.scalar(select(Batch.vocabulary_id).where(Batch.id == batch_id))}
+
+
 def release_claim(s: Session, mention_id: int, username: str) -> bool:
     """The coder leaves a mention undecided (signs out, switches batch): their claim on it is dropped at once
     instead of lapsing after CLAIM_MINUTES (committed). False when they held no claim on it."""

@@ -45,6 +45,7 @@ from db.batches import (
     claim,
     claimed_by_others,
     claims,
+    last_batch,
     release_claim,
     release_claims,
     create_batch,
@@ -109,7 +110,7 @@ __all__ = [
     "term_synonyms", "user_synonyms", "vocabularies", "vocabulary_from_db", "vocabulary_id",
     # db.batches
     "CLAIM_MINUTES", "FINAL_STATUSES", "OPEN_STATUSES", "ORDERS", "ORDER_LABELS", "REREVIEW", "batch_progress",
-    "batches", "claim", "claimed_by_others", "claims", "release_claim", "release_claims", "create_batch",
+    "batches", "claim", "claimed_by_others", "claims", "last_batch", "release_claim", "release_claims", "create_batch",
     "import_mentions", "mention", "mention_documents", "mentions", "next_mention", "queue_order", "set_queue_order",
     # db.suggestions
     "latest_suggestion", "latest_suggestion_versions", "store_suggestion", "store_suggestions",

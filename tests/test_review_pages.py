@@ -309,6 +309,36 @@ def test_a_lead_sees_who_holds_what_and_releases_it(team):
         assert services.next_mention(s, team["bid"], "liu")["id"] == held
 
 
+def test_a_coder_who_leaves_frees_the_mention_on_screen_and_comes_back_to_the_last_batch(team):
+    """Seen in a browser: a coder who signed out or switched batch kept the mention on screen from colleagues
+    for CLAIM_MINUTES, and a new sign-in opened the first batch of the list, not the one they were coding."""
+    url = team["url"]
+    with services.session_scope(url) as s:
+        second = services.create_batch(s, "second", team["vid"], ["阑尾切除", "胆囊切除", "甲状腺全部切除"])
+    at = app_as("zhang")
+    held = on_screen(at)  # the first batch's first mention, claimed by zhang
+    with services.session_scope(url) as s:
+        assert services.next_mention(s, team["bid"], "liu", claim=False)["id"] != held
+    at.selectbox(key="_batch").set_value(second)
+    run(at)
+    with services.session_scope(url) as s:
+        assert services.next_mention(s, team["bid"], "liu", claim=False)["id"] == held  # freed at the switch
+    mid = on_screen(at)
+    at.button(key=f"accept_{mid}").click()
+    run(at)
+    on_second = on_screen(at)  # the second batch's next mention, now on zhang's screen
+    with services.session_scope(url) as s:
+        assert services.next_mention(s, second, "liu", claim=False)["id"] != on_second
+    next(b for b in at.button if b.label == "Sign out").click()
+    run(at)
+    with services.session_scope(url) as s:
+        assert services.next_mention(s, second, "liu", claim=False)["id"] == on_second  # freed at the sign-out
+    again = app_as("zhang")  # a new sign-in (a new browser session) at the bare address
+    assert again.selectbox(key="_batch").value == second and on_screen(again) == on_second
+    fresh = app_as("liu")  # liu has no decision yet: the first batch, as before
+    assert fresh.selectbox(key="_batch").value == team["bid"]
+
+
 def test_a_coder_disabled_while_their_page_is_open_saves_nothing(team):
     """Seen in a browser: an account disabled by an admin could still save the decision on its open page (the
     click's callback ran before the page re-checked who is signed in)."""
