@@ -249,8 +249,12 @@ def candidate_table_html(cands: list[Candidate], mention_spans: list[KeywordSpan
         ranker = (f'<td>{c.scores["ranker"]:.2f}</td>' if "ranker" in c.scores else "<td>–</td>") if ranked else ""
         width = max(2, int(60 * max(0.0, c.score) / top))
         cls = ' class="tn-pick"' if c.term in chosen else ""
+        # the engine puts what this very text was coded as first, whatever its fused score (termnorm.engine's sieve)
+        first = ('<div class="tn-why" title="This mention\'s text was coded as this term before: a coder\'s '
+                 'decision comes first, above higher fused scores.">first: coded as written</div>'
+                 if c.scores.get("sieve") else "")
         rows.append(f'<tr{cls}><td>{r}</td><td class="tn-code">{code_cell(c.codes)}</td><td>{term}</td>'
-                    f'<td><span class="tn-bar" style="width:{width}px"></span>{c.score:.2f}</td>'
+                    f'<td><span class="tn-bar" style="width:{width}px"></span>{c.score:.2f}{first}</td>'
                     f"<td>{found_by}</td>{ranker}</tr>")
     head = ("<tr><th>#</th><th>code</th><th>term</th><th>fused score</th><th>found by (recall scores)</th>"
             + ("<th>ranker</th>" if ranked else "") + "</tr>")

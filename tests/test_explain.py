@@ -92,3 +92,21 @@ def test_detail_coders_leave_out_is_not_marked_lacking_a_site_they_keep_still_is
     assert c.kw_coded["site", "颈部"] == 3 and c.kw_dropped["site", "颈部"] == 3
     assert c.kw_coded["type", "肿物"] == 6 and c.kw_dropped["type", "肿物"] == 0  # rewritten as 病损, not dropped
     assert c.kw_dropped["site", "胸骨"] == 0
+
+
+def test_a_term_first_because_its_text_was_coded_so_says_why_it_outranks_higher_scores():
+    """A user test: after a coder coded a mention as a term the ranker scored low, that term came first with a
+    lower fused score than the row below it, and nothing said why."""
+    from app_pages import _ui
+
+    eng = Engine.from_demo("procedures")
+    mention = "甲状腺肿物切除"
+    before = eng.suggest(mention).candidates
+    taught = before[2].term  # a term the engine ranked third
+    eng.add_coded_mention(mention, [taught])
+    sug = eng.suggest(mention)
+    assert sug.candidates[0].term == taught and sug.candidates[0].score < sug.candidates[1].score
+    html = _ui.candidate_table_html(sug.candidates, eng.tag(mention), sug.chosen, eng.tag)
+    rows = html.split("<tr")[2:]
+    assert "first: coded as written" in rows[0]
+    assert all("first: coded as written" not in r for r in rows[1:])
