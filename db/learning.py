@@ -201,6 +201,15 @@ def labelled_mentions(s: Session, vocabulary_id: int, documents: bool = True) ->
              "document": docs.get(i, "")} for i, t, g, sp in rows]
 
 
+def undecided_training_since(s: Session, vocabulary_id: int, since_id: int) -> int:
+    """How many labelled training-side mentions stored after mention ``since_id`` no coder decided: one query that
+    reads gold terms only (the Training page asks on every draw; labelled_mentions reads texts and decisions)."""
+    decided = select(Decision.id).where(Decision.mention_id == Mention.id).exists()
+    q = (select(Mention.gold_terms).join(Batch, Batch.id == Mention.batch_id)
+         .where(Batch.vocabulary_id == vocabulary_id, Mention.id > since_id, Mention.split == TRAIN, ~decided))
+    return sum(1 for (gold,) in s.execute(q) if gold)  # JSON null and [] are both "not labelled"
+
+
 def assign_by_file(s: Session, vocabulary_id: int, sides: dict[int, str], username: str) -> dict:
     """Put each given batch's labelled mentions on the given side (``{batch id: "train" | "eval"}``): the
     official split of a research set (its train file trains, its dev / val file measures) instead of a draw.

@@ -189,8 +189,7 @@ def new_labelled_since_current(s, vocabulary_id: int, registry) -> int:
     version although no decision made a training pair of them (a user test read 0 new signal after such an import)."""
     cur = registry.current()
     since = int(((cur or {}).get("train") or {}).get("max_labelled_id", 0) or 0)
-    return sum(1 for m in learning.labelled_mentions(s, vocabulary_id, documents=False)
-               if m["id"] > since and m["split"] == learning.TRAIN and m["decision"] is None)
+    return learning.undecided_training_since(s, vocabulary_id, since)
 
 
 # ------------------------------------------------------------------------------------- the whole step
