@@ -89,11 +89,12 @@ class SearchHit(Candidate):
     """A search result: a :class:`~termnorm.records.Candidate` plus how it was found.
 
     ``found``: a key of :data:`TAGS`; ``via``: the abbreviation's expansion, the nearest code prefix
-    or the synonym that matched ("" otherwise).
+    or the synonym that matched ("" otherwise); ``relation``: see :func:`found_tag`.
     """
 
     found: str = "similar"
     via: str = ""
+    relation: str = ""  # "holds" / "like" ``via``: not the abbreviation's reading itself, a name near it
 
 
 def code_text(text: str) -> str:
@@ -138,11 +139,16 @@ def nearest_note(query: str, hits: list[Candidate]) -> str | None:
 
 def found_tag(hit: Candidate) -> str:
     """The short tag the pages show for how a result was found (:data:`TAGS`; an abbreviation with its
-    expansion: ``abbreviation → 经皮冠状动脉介入治疗``)."""
+    expansion: ``abbreviation → 经皮冠状动脉介入治疗``). A later result of the reading says it only holds the
+    expansion or is like it (``like 腹腔镜下胆囊切除术 (abbreviation)``): a user read "LC: abbreviation →
+    腹腔镜下胆囊切除术" on 腹腔镜下阑尾切除术 as what LC stands for."""
     found = getattr(hit, "found", "similar")
     via = getattr(hit, "via", "")
     tag = TAGS.get(found, found)
-    return f"{tag} → {via}" if found == "abbreviation" and via else tag
+    if found != "abbreviation" or not via:
+        return tag
+    relation = getattr(hit, "relation", "")
+    return f"{relation} {via} ({tag})" if relation else f"{tag} → {via}"
 
 
 def abbreviation_pairs(table) -> list[tuple[str, str]]:
@@ -373,14 +379,16 @@ class VocabularySearch:
         self._ensure_index()
         hits: dict[str, SearchHit] = {}
 
-        def add(found: str, rows, extra=None) -> bool:
-            """Keep each term's first (best) reading; True once ``limit`` terms are found."""
+        def add(found: str, rows, extra=None, relation: str = "") -> bool:
+            """Keep each term's first (best) reading; True once ``limit`` terms are found. ``relation``: of an
+            abbreviation's rows near its reading, unless one is the first result (SearchHit.relation)."""
             for row in rows:
                 name, score, via = row[0], row[1], row[2]
                 if name not in hits:
                     scores = {found: float(score), **(extra or {})}
+                    near = relation if hits else ""  # the first result is the reading's answer
                     hits[name] = SearchHit(self.vocabulary.index(name), name, 0.0, scores,
-                                           self.vocabulary.codes_of(name), found, via)
+                                           self.vocabulary.codes_of(name), found, via, near)
                 if len(hits) >= limit:
                     return True
             return False
@@ -428,12 +436,12 @@ class VocabularySearch:
             if add("abbreviation", [(n, s, e) for n, s, _ in self.exact_text(e, False) + self.exact_text(e, True)]):
                 return True
         for e in expansions:
-            if add("abbreviation", [(n, 0.5 + 0.5 * ratio, e) for n, ratio, *_ in self.contained(e)]):
+            if add("abbreviation", [(n, 0.5 + 0.5 * ratio, e) for n, ratio, *_ in self.contained(e)], None, "holds"):
                 return True
         for e, cands in zip(expansions, self.similar(expansions)):
             top = max((c.score for c in cands), default=1.0) or 1.0
             for c in cands:
-                if add("abbreviation", [(c.term, 0.5 * c.score / top, e)], c.scores):
+                if add("abbreviation", [(c.term, 0.5 * c.score / top, e)], c.scores, "like"):
                     return True
         return False
 

@@ -170,6 +170,9 @@ def test_lc_with_the_demo_list_and_taught_abbreviations_at_once(yidu):
     hits = s.search("LC", 5)
     assert (hits[0].term, hits[0].found) == ("腹腔镜下胆囊切除术", "abbreviation")
     assert not any("PCNL" in t for t in terms(hits))
+    # only the reading's answer says "abbreviation →": a user read LC's other laparoscopic names as what LC means
+    assert [found_tag(h) for h in hits] == ["abbreviation → 腹腔镜下胆囊切除术"] + [
+        f"{'holds' if '腹腔镜下胆囊切除术' in h.term else 'like'} 腹腔镜下胆囊切除术 (abbreviation)" for h in hits[1:]]
     assert s.search("TKA", 1)[0].term == "全部膝关节置换"  # 全膝关节置换术 is similar to it
     # taught while the app runs: found on the next keystroke
     assert terms(s.search("LCBDE2", 1)) != ["腹腔镜下胆总管探查术"]
