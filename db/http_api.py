@@ -29,13 +29,13 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from db import auth, exports, import_rows, learning, serving, services
-from termnorm.records import suggestion_dict
+from termnorm.records import MAX_MENTION_CHARS, suggestion_dict
 from termnorm.stats import band_of
 
 #: Mentions per /normalize call (an ETL sends batches; more belongs in a batch import and a background job).
 MAX_MENTIONS = 1000
 #: Mention length accepted (db.imports refuses longer mentions in files for the same reason).
-MAX_CHARS = 500
+MAX_CHARS = MAX_MENTION_CHARS  # termnorm.records: the same limit as import and normalize --input
 #: Document length accepted with a mention (db.import_rows: the same limit for imported files).
 MAX_DOCUMENT_CHARS = import_rows.MAX_DOCUMENT_CHARS
 

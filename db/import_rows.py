@@ -13,12 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from termnorm.records import LabelledMention
-
-# 500 characters is ~4x the longest real mention (122 characters over the 22,000
-# CHIP-CDN + Yidu-N7K mentions, median 10): a longer "mention" is a pasted
-# paragraph or a wrong column, and would make a useless coding task.
-MAX_MENTION_CHARS = 500
+from termnorm.records import MAX_MENTION_CHARS as MAX_MENTION_CHARS, LabelledMention
 MENTION_COLUMNS = ("mention", "text", "原始词")
 TERMS_COLUMNS = ("terms", "gold", "gold_terms", "标准词", "normalized_result")
 JSON_TEXT_KEYS = ("text", "mention", "原始词")
@@ -27,7 +22,9 @@ JSON_TERMS_KEYS = ("normalized_result", "terms", "标准词")
 DOCUMENT_COLUMNS = ("document", "context", "note", "abstract", "原文", "病历")
 # ~25 pages: a longer cell is a whole record export, not the note the mention came from
 MAX_DOCUMENT_CHARS = 100_000
-UNDECODABLE = "undecodable text (neither UTF-8 nor GB18030)"
+# a GBK row in a UTF-8 file is valid GB18030 yet undecodable here: the file is read in one encoding (imports)
+UNDECODABLE = ("undecodable text: this row is not in the file's encoding (UTF-8 and GBK rows mixed, or damaged "
+               "bytes): save the whole file as UTF-8 and import the row again")
 UNBALANCED_QUOTE = 'unbalanced quote (") in this row: fix the quoting and import the row again'
 
 # A spreadsheet runs a cell starting with one of these as a formula (OWASP "CSV injection").

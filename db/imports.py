@@ -278,8 +278,18 @@ def _csv_rows(data: bytes) -> tuple[list[tuple[int, list[str] | str]], set[int]]
                          for n in range(start + 1, end + 1))
         else:
             spans.extend((range(n, n + 1), c) for n, c in per_line[start - 1:end])
-    return ([(row, cells) for row, (_, cells) in enumerate(spans, start=1)],
+    return ([(row, _within(cells, len(header), delimiter)) for row, (_, cells) in enumerate(spans, start=1)],
             {row for row, (lines_of, _) in enumerate(spans, start=1) if nul_rows.intersection(lines_of)})
+
+
+def _within(cells: list[str] | str, width: int, delimiter: str) -> list[str] | str:
+    """A row's cells, or its problem when cells beyond the header's are filled: an unquoted delimiter inside a cell
+    split it, and importing the row would cut its mention or move its columns without a word."""
+    if isinstance(cells, str) or not any(c.strip() for c in cells[width:]):
+        return cells
+    sign = "tab" if delimiter == "\t" else repr(delimiter)
+    return (f"has {len(cells)} cells but the header {width}: an unquoted {sign} inside a cell? Quote that cell and "
+            "import the row again")
 
 
 def _line_cells(line: str, delimiter: str) -> list[str] | str:

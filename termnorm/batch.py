@@ -316,8 +316,10 @@ def build_engine_from(options: dict):
 
 
 def summary(stats: dict, output) -> str:
-    lines = [f"{output}: {stats.get('written', 0):,} rows written ({stats.get('distinct', 0):,} distinct mentions, "
-             f"{stats.get('coded_now', 0):,} coded in this run) in {stats.get('seconds', 0):.1f} s"]
+    read = stats.get("written", 0) + stats.get("skipped", 0)  # every row of the input is one or the other
+    lines = [f"{output}: {read:,} rows read: {stats.get('written', 0):,} written ({stats.get('distinct', 0):,} distinct "
+             f"mentions, {stats.get('coded_now', 0):,} coded in this run), {stats.get('skipped', 0):,} skipped, in "
+             f"{stats.get('seconds', 0):.1f} s"]
     if stats.get("formula_cells"):
         lines.append(f"{stats['formula_cells']:,} XLSX cell(s) held a formula without a saved value (text typed "
                      f"starting with '='), read as their text; the first in row {stats['first_formula_row']}")

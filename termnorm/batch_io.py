@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Iterator
 
 from termnorm.errors import DataFormatError
+from termnorm.records import MAX_MENTION_CHARS
 
 # a note (--document-column) may be far longer than the csv module's 128 KiB cell limit
 csv.field_size_limit(max(csv.field_size_limit(), 32 * 1024 * 1024))
 
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".txt": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl",
            ".xlsx": "xlsx", ".parquet": "parquet"}
-MAX_MENTION_CHARS = 1000  # longer cells are notes or pasted documents, not mentions: reported, not coded
+NOT_UTF8 = "the mention is not UTF-8 text (shown as GBK would read it): save the file as UTF-8 and run it again"
 XLSX_MAX_ROWS = 1_048_576  # Excel's sheet limit (a header row included)
 
 
@@ -76,11 +77,19 @@ class _Columns:
             self.mention_at = 0
         self.keep_at = [find(k) for k in self.keep]
         self.mention_name = names[self.mention_at] if names else str(self.mention_at + 1)
+        self.width = len(names) if names is not None else None
 
-    def row(self, row: int, cells) -> InputRow:
+    def row(self, row: int, cells, delimiter: str = "") -> InputRow:
+        """``delimiter``: of a CSV / TSV row, whose filled cells beyond the header's are a problem (an unquoted
+        delimiter inside a cell splits it: the row is reported, not coded cut)."""
         cells = list(cells)
         if self.mention_at >= len(cells):
             return InputRow(row, problem=f"has {len(cells)} cell(s), no mention column ({self.mention_name})")
+        if delimiter and self.width and any(_text(c).strip() for c in cells[self.width:]):
+            sign = "tab" if delimiter == "\t" else repr(delimiter)
+            return InputRow(row, _text(cells[self.mention_at]).strip(),
+                            problem=f"has {len(cells)} cells but the header {self.width}: an unquoted {sign} "
+                                         "inside a cell? Quote that cell and run the row again")
         keep = {k: _text(cells[j]) if j < len(cells) else "" for k, j in zip(self.keep, self.keep_at)}
         return _checked(InputRow(row, _text(cells[self.mention_at]).strip(), keep))
 
@@ -91,7 +100,11 @@ def _checked(r: InputRow) -> InputRow:
     if not r.mention:
         r.problem = "the mention is empty"
     elif any("\udc80" <= ch <= "\udcff" for ch in r.mention):
-        r.problem = "the mention is not valid UTF-8 text"
+        r.mention = r.mention.encode("utf-8", "surrogateescape").decode("gb18030", errors="replace")
+        r.problem = NOT_UTF8
+    elif "\n" in r.mention or "\r" in r.mention:
+        r.problem = (f"the quoted mention holds a line break ({len(r.mention.splitlines())} lines) but must be one "
+                     "line: join them and run the row again")
     elif len(r.mention) > MAX_MENTION_CHARS:
         r.problem = f"the mention is {len(r.mention)} characters long (at most {MAX_MENTION_CHARS})"
     return r
@@ -107,27 +120,72 @@ def read_rows(path, column: str | None = None, keep: list[str] = (), header: boo
 
 
 def _read_delimited(path, fmt, column, keep, header):
+    """Rows of a CSV / TSV file, numbered by the file's line where each starts. A stray ``"`` opens a quoted cell
+    that swallows the lines below into one record: a record over several lines is one row (a quoted note with line
+    breaks is legitimate) only when none of its later lines reads as a row on its own; otherwise each of its lines
+    is read on its own, the one whose quote never closes is reported, and the rest stay rows (the Import page's
+    rule, db.imports, streamed here: only the lines of one record are held)."""
+    delimiter = "\t" if fmt == "tsv" else ","
     # surrogateescape: one undecodable byte marks its row as bad instead of stopping the whole file
     with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
-        reader = csv.reader(f, delimiter="\t" if fmt == "tsv" else ",")
-        cols, first = None, True
+        taken: list[str] = []  # the physical lines of the record being read
+
+        def lines():
+            for ln in f:
+                taken.append(ln)
+                yield ln
+
+        reader = csv.reader(lines(), delimiter=delimiter)
+        cols, line = None, 1
         while True:
-            line = reader.line_num + 1
+            taken.clear()
             try:
-                cells = next(reader)
+                cells, problem = next(reader), ""
             except StopIteration:
                 return
-            except csv.Error as e:
-                yield InputRow(line, problem=f"cannot be read as {fmt.upper()}: {e}")
-                continue
-            if first:
-                first = False
+            except csv.Error as e:  # e.g. a swallowed record past the field size limit: its lines one by one
+                cells, problem = None, f"cannot be read as {fmt.upper()}: {e}"
+            start, span = line, list(taken)
+            line += len(span)
+            if cols is None:
+                if cells is None:
+                    raise DataFormatError(path, start, f"the first row cannot be read as {fmt.upper()}: {problem}")
                 cols = _Columns(path, cells if header else None, column, keep)
                 if header:
                     continue
-            if not any(c.strip() for c in cells):
-                continue  # a blank line is no row
-            yield cols.row(line, cells)
+            if cells is not None and (len(span) <= 1 or not _rows_inside(cols, span[1:], delimiter)):
+                if any(c.strip() for c in cells):  # a blank line is no row
+                    yield cols.row(start, cells, delimiter)
+                continue
+            for n, ln in enumerate(span, start=start):
+                one = _line_cells(ln, delimiter)
+                if isinstance(one, str):
+                    yield InputRow(n, ln.rstrip("\r\n"), problem=one)  # the line as written, in the bad rows file
+                elif any(c.strip() for c in one):
+                    yield cols.row(n, one, delimiter)
+
+
+def _line_cells(line: str, delimiter: str) -> list[str] | str:
+    """One physical line's cells, or why it cannot be read on its own (a quote that never closes on it)."""
+    body = line.rstrip("\r\n")
+    try:
+        cells = next(csv.reader([body + "\n"], delimiter=delimiter), [])
+    except csv.Error as e:
+        return f"cannot be read on its own ({e})"
+    if any("\n" in c for c in cells) or body.count('"') % 2:
+        return 'unbalanced quote (") in this row: fix the quoting and run the row again'
+    return cells
+
+
+def _rows_inside(cols: _Columns, continuation: list[str], delimiter: str) -> bool:
+    """Whether a later line of a record over several lines reads as a row of the file on its own (as many cells
+    as the header, a mention): rows a stray quote swallowed, not a quoted note's lines."""
+    width = cols.width or cols.mention_at + 1
+    for ln in continuation:
+        one = _line_cells(ln, delimiter)
+        if isinstance(one, list) and len(one) >= width and cols.mention_at < len(one) and one[cols.mention_at].strip():
+            return True
+    return False
 
 
 def _read_jsonl(path, fmt, column, keep, header):

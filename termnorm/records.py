@@ -44,6 +44,10 @@ class KeywordSpan:
 
 
 KEYWORD_KINDS = ("site", "type", "approach", "laterality", "nature")
+# 500 characters is ~4x the longest real mention (122 characters over the 22,000 CHIP-CDN + Yidu-N7K mentions,
+# median 10): a longer "mention" is a pasted paragraph or a wrong column, and would make a useless coding task.
+# The one limit of every way in (import, termnorm normalize --input, the API) and of the database's mention text.
+MAX_MENTION_CHARS = 500
 
 
 @dataclass

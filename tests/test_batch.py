@@ -17,6 +17,7 @@ import pytest
 
 from termnorm import batch as batch_mod
 from termnorm.batch import BatchOptions, PrecodeJob
+from termnorm.batch_io import NOT_UTF8
 from termnorm.engine import demo_mentions
 from tests.helpers import REPO, wait_for
 
@@ -105,19 +106,28 @@ def test_bad_rows_are_reported_with_their_row_numbers_and_skipped(tmp_path):
         f.write(b"c,\xff\xfe broken bytes\n")               # row 4: not UTF-8
         f.write(f"d,{'x' * 1500}\n".encode())               # row 5: a pasted note
         f.write(b"e\n")                                     # row 6: no mention column
-        f.write(f'f,"{good[1]}\n'.encode())                 # rows 7-8: a quoted cell that spans a line break
+        f.write(f'f,"{good[1]}\n'.encode())                 # rows 7-8: a quoted mention over a line break
         f.write('continued"\n'.encode())
         f.write(f"g,{good[2]}\n".encode())                  # row 9
+        f.write(f"h,{good[0]},extra\n".encode())            # row 10: an unquoted comma (a cell too many)
+        f.write(f'i,"{good[1]}\n'.encode())                 # row 11: a stray quote that never closes...
+        for n in range(12, 17):                             # ...above rows 12-16, which are rows all the same
+            f.write(f"r{n},{good[n % 3]}\n".encode())
+        f.write(f"j,{good[0]},\n".encode())                 # row 17: an empty cell too many is no problem
     stats = precode(tmp_path, src, "out.jsonl", keep=["id"])
     out = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines()]
-    assert [(r["row"], r["id"]) for r in out] == [(2, "a"), (7, "f"), (9, "g")]
-    assert out[1]["mention"] == f"{good[1]}\ncontinued"
+    assert [(r["row"], r["id"]) for r in out] == [(2, "a"), (9, "g"), *((n, f"r{n}") for n in range(12, 17)), (17, "j")]
     bad = list(csv.DictReader(open(tmp_path / "out.jsonl.bad_rows.csv", encoding="utf-8")))
     assert [(b["row"], b["problem"]) for b in bad] == [
-        ("3", "the mention is empty"), ("4", "the mention is not valid UTF-8 text"),
-        ("5", "the mention is 1500 characters long (at most 1000)"),
-        ("6", "has 1 cell(s), no mention column (mention)")]
-    assert stats["skipped"] == 4 and stats["written"] == 3
+        ("3", "the mention is empty"), ("4", NOT_UTF8),
+        ("5", "the mention is 1500 characters long (at most 500)"),
+        ("6", "has 1 cell(s), no mention column (mention)"),
+        ("7", "the quoted mention holds a line break (2 lines) but must be one line: join them and run the row again"),
+        ("10", "has 3 cells but the header 2: an unquoted ',' inside a cell? Quote that cell and run the row again"),
+        ("11", 'unbalanced quote (") in this row: fix the quoting and run the row again')]
+    assert bad[-1]["mention"] == f'i,"{good[1]}'  # the line as written
+    assert batch_mod.summary(stats, "out.jsonl").startswith("out.jsonl: 15 rows read: 8 written")
+    assert stats["skipped"] == 7 and stats["written"] == 8
     # a JSON lines input: a broken line is a bad row too, the rest goes through
     jl = tmp_path / "in.jsonl"
     jl.write_text(json.dumps({"mention": good[0]}, ensure_ascii=False) + "\n{not json\n"
@@ -200,7 +210,7 @@ def test_a_run_killed_mid_way_continues_where_it_stopped(tmp_path):
     p = subprocess.run(_cli("--input", str(src), "--output", str(out), "--quiet"), cwd=REPO, capture_output=True,
                        text=True, timeout=600)
     assert p.returncode == 0, p.stderr
-    assert "3,000 rows written (1,500 distinct mentions, " in p.stdout
+    assert "3,000 rows read: 3,000 written (1,500 distinct mentions, " in p.stdout
     assert f"{1500 - before:,} coded in this run" in p.stdout
     # the same file as a run that was never interrupted
     whole = precode(tmp_path, src, "whole.csv")

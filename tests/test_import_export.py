@@ -72,20 +72,24 @@ def test_csv_with_good_and_bad_rows(db, tmp_path):
         b"",  # blank line: not a row
         "   ,阑尾切除术".encode(),  # row 8: blank mention (a row holding only blanks is skipped as a blank line)
         '"阑尾切除, 腹腔镜",阑尾切除术'.encode(),  # row 9 (quoted comma)
+        "阑尾切除, 腹腔镜,阑尾切除术".encode(),  # row 10: the same comma unquoted: a cell too many, not cut short
+        "胆囊切除,胆囊切除术,,".encode(),  # row 11: empty cells beyond the header are no problem
     ]
     path.write_bytes(b"\n".join(lines) + b"\n")
     rep = S.import_mentions(s, path, "csv batch", vid, username="alice")
     assert rep.file == str(path) and all(e.file == str(path) for e in rep.errors)
     assert problems(rep) == [(3, "empty mention"), (4, "mention too long (600 > 500 characters)"),
-                             (5, dbio.UNDECODABLE), (8, "empty mention")]
-    assert rep.n_ok == 3 and rep.n_bad == 4 and rep.batch_id is not None
-    assert (rep.n_read, rep.n_imported, rep.n_rejected) == (7, 3, 4) and adds_up(rep)
+                             (5, dbio.UNDECODABLE), (8, "empty mention"),
+                             (10, "has 3 cells but the header 2: an unquoted ',' inside a cell? Quote that cell and "
+                                  "import the row again")]
+    assert rep.n_ok == 4 and rep.n_bad == 5 and rep.batch_id is not None
+    assert (rep.n_read, rep.n_imported, rep.n_rejected) == (9, 4, 5) and adds_up(rep)
     assert [(n.row, n.problem) for n in rep.notices] == [(None, "1 blank row(s) skipped (no cell filled): row 7")]
     ms = S.mentions(s, rep.batch_id)
     assert [(m["position"], m["text"], m["source_row"]) for m in ms] == [
-        (1, "右侧甲状腺肿块切除", 2), (2, "LC+胆总管探查", 6), (3, "阑尾切除, 腹腔镜", 9)]
+        (1, "右侧甲状腺肿块切除", 2), (2, "LC+胆总管探查", 6), (3, "阑尾切除, 腹腔镜", 9), (4, "胆囊切除", 11)]
     assert ms[1]["gold_terms"] == ["腹腔镜下胆囊切除术", "胆总管探查术"]
-    assert rep.summary() == f"{path}: 7 rows read, 3 imported, 4 rejected, 1 notice"
+    assert rep.summary() == f"{path}: 9 rows read, 4 imported, 5 rejected, 1 notice"
     assert "row 5" in str(rep.errors[2])
 
 
