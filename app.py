@@ -15,7 +15,10 @@ from app_pages import _ui
 
 st.set_page_config(page_title="termnorm review", page_icon=":material/medical_information:", layout="wide")
 
-url = _ui.ready_database(_ui.db_url())
+try:
+    url = _ui.ready_database(_ui.db_url())
+except _ui.DATABASE_DOWN as e:
+    _ui.database_down(e)
 
 if st.session_state.pop("_sso_logout", False):  # signed out after single sign-on: end the provider's sign-in here
     st.logout()
@@ -131,4 +134,7 @@ if auth.has_role(role, "lead"):
                      st.Page("app_pages/editions.py", title="Editions", icon=":material/difference:")]
 if auth.has_role(role, "admin"):
     pages["Admin"] = [st.Page("app_pages/admin_users.py", title="Users", icon=":material/manage_accounts:")]
-st.navigation(pages).run()
+try:
+    st.navigation(pages).run()
+except _ui.DATABASE_DOWN as e:  # a page's own reads (the engine, jobs) outside _ui.session()
+    _ui.database_down(e)

@@ -9,11 +9,14 @@ page needs one import).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import streamlit as st
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from db import auth, serving, services
 from db.engine_holder import DEMO_SETS as DEMO_SETS, DEMO_USER as DEMO_USER  # noqa: F401 - re-exported for pages
@@ -58,9 +61,29 @@ def ready_database(url: str) -> str:
     return url
 
 
+#: what a database that is down, restarting or unreachable raises (also SQLite's "database is locked")
+DATABASE_DOWN = (OperationalError, InterfaceError)
+
+
+def database_down(error: Exception) -> None:
+    """Say in words that the database is not answering and stop this run: a coder saw a traceback naming the
+    server's address and the installation's paths. The details go to the app's log, for IT."""
+    logging.getLogger("termnorm.app").error("database not answering: %s", error)
+    st.error("The database is not answering right now, so this page cannot be shown. Decisions saved before are "
+             "kept; the last one was saved only if the page said so (\"Last saved\"). The page works again as soon "
+             "as the database is back. IT: the app's log has the details.", icon=":material/cloud_off:")
+    st.button("Try again", key="_db_retry", icon=":material/refresh:")
+    st.stop()
+
+
+@contextmanager
 def session():
     """A database session (commit on success); every page call goes through one of these."""
-    return services.session_scope(db_url())
+    try:
+        with services.session_scope(db_url()) as s:
+            yield s
+    except DATABASE_DOWN as e:
+        database_down(e)
 
 
 def current_model_version(url: str, vocabulary_id: int) -> str | None:

@@ -277,7 +277,14 @@ API_TOKEN_DAYS = 365
 
 
 def create_api_token(s: Session, username: str, days: float = API_TOKEN_DAYS) -> str:
-    """A token for the normalization API (db.http_api) acting as ``username`` with that user's role; audited."""
+    """A token for the normalization API (db.http_api) acting as ``username`` with that user's role; audited.
+    Refused for a lifetime of no days (a token dead on issue) and for the loader's own account, an admin nobody
+    signs in as (a caller gets an account of its own, whose role and audit trail are its own)."""
+    if not days > 0:
+        raise ValueError(f"a token must last some time: --days {days:g} would be expired when issued")
+    if username == accounts.LOADER_USER:
+        raise PermissionError(f"{username!r} is the account termnorm load-data records loaded sets as, not a caller: "
+                              "create a user for the calling system")
     token = create_session(s, username, hours=24 * days)
     u = _get(s, username)
     accounts.audit(s, u, "api_token_created", "user", u.id, {"days": days})

@@ -5,11 +5,12 @@ promoted model version on the edition in force, fed with every coded mention), s
 same suggestion. OpenAPI documentation at ``/docs`` (and ``/openapi.json``).
 
 =========================================  ==================================================================
-``GET  /health``                           no token: ``{"status": "ok"}``
+``GET  /health``                           no token: ``{"status": "ok"}``, 503 when the database is not answering
 ``GET  /vocabularies``                     the vocabularies with their edition and code system
 ``POST /normalize``                        one or many mentions -> ranked candidates with codes, scores,
                                            keywords, predicted count, confidence (and its word), model version
-``GET  /decisions``                        the latest decision per mention (``batch_id``, ``mention``, ``limit``)
+``GET  /decisions``                        the latest decision per mention (``batch_id``, ``mention``, ``limit``,
+                                           ``offset``; ``total`` and ``next_offset`` page through all of them)
 ``GET|POST /fhir/ConceptMap/$translate``   FHIR R5 ``$translate`` over the coded decisions (``sourceCode``, or
                                            ``sourceCoding``; ``system`` = ``urn:termnorm:batch:<id>`` narrows it)
 =========================================  ==================================================================
@@ -21,12 +22,17 @@ disabled account or a revoked / expired token gets 401.
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Annotated
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi import Depends, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, Field
+from sqlalchemy import text
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from db import auth, exports, import_rows, learning, serving, services
 from termnorm.records import MAX_MENTION_CHARS, suggestion_dict
@@ -39,7 +45,34 @@ MAX_CHARS = MAX_MENTION_CHARS  # termnorm.records: the same limit as import and 
 #: Document length accepted with a mention (db.import_rows: the same limit for imported files).
 MAX_DOCUMENT_CHARS = import_rows.MAX_DOCUMENT_CHARS
 
-app = FastAPI(title="termnorm", version="1", description=__doc__.split("\n\n")[0])
+#: Mentions a request's turn at a vocabulary's engine codes before the next caller's turn (a 1,000-mention call
+#: held the engine 11 s while a one-mention call waited all of it).
+CHUNK = 64
+log = logging.getLogger("termnorm.api")
+
+# /docs and /redoc from files installed with termnorm (fastapi-offline): the CDN FastAPI uses is out of reach
+app = FastAPIOffline(title="termnorm", version="1", description=__doc__.split("\n\n")[0])
+
+
+@app.exception_handler(RequestValidationError)
+async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+    """422 naming each problem without echoing the input back: it may be patient text, and 10,000 of them."""
+    return JSONResponse({"detail": [{k: v for k, v in e.items() if k not in ("input", "ctx", "url")}
+                                    for e in exc.errors()]}, status_code=422)
+
+
+@app.exception_handler(OperationalError)
+@app.exception_handler(InterfaceError)
+async def _database_down(request: Request, exc: Exception) -> JSONResponse:
+    log.error("database not answering: %s", exc)
+    return JSONResponse({"detail": "the database is not answering; retry later (the server's log has the "
+                                   "details)"}, status_code=503, headers={"Retry-After": "30"})
+
+
+@app.exception_handler(Exception)
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unexpected error on %s %s", request.method, request.url.path)
+    return JSONResponse({"detail": "internal error (logged on the server)"}, status_code=500)
 
 
 # ------------------------------------------------------------------------------------- who is calling
@@ -67,13 +100,32 @@ Coder = Annotated[dict, Depends(role("coder"))]
 
 
 # ------------------------------------------------------------------------------------- the serving engines
+class FairLock:
+    """A lock granted in the order it was asked for. Written by hand: threading.Lock makes no such promise, and a
+    caller taking it again chunk after chunk could starve the others."""
+
+    def __init__(self):
+        self._turns = threading.Condition()
+        self._next = self._serving = 0
+
+    def __enter__(self):
+        with self._turns:
+            ticket, self._next = self._next, self._next + 1
+            self._turns.wait_for(lambda: self._serving == ticket)
+
+    def __exit__(self, *exc):
+        with self._turns:
+            self._serving += 1
+            self._turns.notify_all()
+
+
 class _Engines:
-    """One serving engine per (vocabulary, version, edition, history epoch), as the app caches them; a lock each
-    (an engine is not shared between threads while it answers)."""
+    """One serving engine per (vocabulary, version, edition, history epoch), as the app caches them; a first-come
+    first-served lock each (an engine is not shared between threads while it answers)."""
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._cache: dict[tuple, tuple[threading.Lock, object]] = {}
+        self._cache: dict[tuple, tuple[FairLock, object]] = {}
 
     def get(self, vocabulary_id: int):
         url = services.database_url()
@@ -84,7 +136,7 @@ class _Engines:
             if hit is None:
                 for old in [k for k in self._cache if k[:2] == key[:2]]:  # a promotion or new edition replaces it
                     del self._cache[old]
-                hit = self._cache[key] = (threading.Lock(), serving.build_engine(url, vocabulary_id, key[2]))
+                hit = self._cache[key] = (FairLock(), serving.build_engine(url, vocabulary_id, key[2]))
         return hit
 
 
@@ -96,7 +148,10 @@ def _vocabulary(name: str | None) -> dict:
         vocabs = services.vocabularies(s)
     if name is None and len(vocabs) == 1:
         return vocabs[0]
-    found = next((v for v in vocabs if v["name"] == name), None)
+    if name is not None:
+        with services.session_scope() as s:
+            vid = services.vocabulary_id(s, name)  # the exact name, the id, or the one name holding it (yidu-n7k)
+    found = next((v for v in vocabs if name is not None and v["id"] == vid), None)
     if found is None:
         known = ", ".join(v["name"] for v in vocabs) or "none loaded"
         raise HTTPException(404 if name else 422, f"no vocabulary {name!r}; known: {known}" if name else
@@ -106,7 +161,14 @@ def _vocabulary(name: str | None) -> dict:
 
 # ------------------------------------------------------------------------------------- routes
 @app.get("/health")
-def health() -> dict:
+def health():
+    """No token: ``{"status": "ok"}`` when the database answers, else 503 (a load balancer takes this server out)."""
+    try:
+        with services.session_scope() as s:
+            s.execute(text("SELECT 1"))
+    except (OperationalError, InterfaceError) as e:
+        log.error("health: database not answering: %s", e)
+        return JSONResponse({"status": "database not answering"}, status_code=503)
     return {"status": "ok"}
 
 
@@ -119,7 +181,8 @@ def vocabularies(user: Coder) -> list[dict]:
 
 class NormalizeRequest(BaseModel):
     mentions: list[str] = Field(min_length=1, max_length=MAX_MENTIONS, examples=[["右侧甲状腺肿瘤切除术"]])
-    vocabulary: str | None = Field(None, description="vocabulary name (optional when only one is loaded)")
+    vocabulary: str | None = Field(None, description="vocabulary: its name, id, or a part of the name "
+                                   "only it holds, e.g. yidu-n7k (optional when only one is loaded)")
     k: int = Field(10, ge=1, le=50, description="candidates returned per mention")
     documents: list[str] | None = Field(None, description="the text each mention was found in (a note, an "
                                         "abstract), one per mention: abbreviations it defines are read")
@@ -136,8 +199,11 @@ def normalize(req: NormalizeRequest, user: Coder) -> dict:
         raise HTTPException(422, f"documents longer than {MAX_DOCUMENT_CHARS:,} characters")
     vocab = _vocabulary(req.vocabulary)
     lock, engine = ENGINES.get(vocab["id"])
-    with lock:
-        sugs = engine.suggest_batch(list(req.mentions), k=max(20, req.k), documents=req.documents)
+    sugs = []
+    for at in range(0, len(req.mentions), CHUNK):  # turn by turn: other callers' mentions go between the chunks
+        with lock:
+            sugs += engine.suggest_batch(list(req.mentions[at:at + CHUNK]), k=max(20, req.k),
+                                         documents=req.documents[at:at + CHUNK] if req.documents else None)
     bands = learning.serving_bands(None, vocab["id"])
     out = []
     for sug in sugs:
@@ -151,13 +217,19 @@ def normalize(req: NormalizeRequest, user: Coder) -> dict:
 
 @app.get("/decisions")
 def decisions(user: Coder, batch_id: int | None = None, mention: str | None = None,
-              limit: Annotated[int, Query(ge=1, le=10_000)] = 1000) -> dict:
+              limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+              offset: Annotated[int, Query(ge=0)] = 0) -> dict:
+    """A page of the latest decisions (``total`` of them; the next page at ``next_offset``, null after the last)."""
     with services.session_scope() as s:
+        if batch_id is not None and batch_id not in {b["id"] for b in services.batches(s)}:
+            raise HTTPException(404, f"no batch {batch_id}")
         df = services.decisions_frame(s, batch_id)
     if mention is not None:
         df = df[df["mention"] == mention]
-    rows = exports.jsonable_records(df.head(limit))
-    return {"count": len(rows), "decisions": rows}
+    rows = exports.jsonable_records(df.iloc[offset:offset + limit])
+    more = offset + limit < len(df)
+    return {"total": len(df), "offset": offset, "count": len(rows), "next_offset": offset + limit if more else None,
+            "decisions": rows}
 
 
 # ------------------------------------------------------------------------------------- FHIR $translate
@@ -171,6 +243,10 @@ def _outcome(status: int, text: str) -> JSONResponse:
         status_code=status, media_type="application/fhir+json")
 
 
+class UnknownSystem(ValueError):
+    """A ``$translate`` system no group of the ConceptMap has (answered as an OperationOutcome, not 'no match')."""
+
+
 def translate_parameters(code: str, system: str | None) -> list[dict]:
     """The ``$translate`` output for a source code (a mention) over every coded decision: a ``match`` per target
     of each element with that code (R5: relationship, concept, originMap); ``result`` says whether any match is
@@ -178,6 +254,10 @@ def translate_parameters(code: str, system: str | None) -> list[dict]:
     with services.session_scope() as s:
         cm = exports.fhir_concept_map(exports.jsonable_records(services.decisions_frame(s, None)))
     want = exports.fhir_code(code)
+    if system and system not in {g["source"] for g in cm.get("group", [])}:
+        known = sorted({g["source"] for g in cm.get("group", [])})
+        raise UnknownSystem(f"no coded batch has the system {system!r}: a system here is urn:termnorm:batch:<id> "
+                            f"of a batch with decisions ({', '.join(known[:10]) or 'none yet'})")
     matches, unmapped = [], 0
     for group in cm.get("group", []):
         if system and group["source"] != system:
@@ -210,7 +290,10 @@ def translate_parameters(code: str, system: str | None) -> list[dict]:
 def translate_get(user: Coder, sourceCode: str | None = None, system: str | None = None):  # noqa: N803 - FHIR names
     if not sourceCode:
         return _outcome(400, "sourceCode is required (the mention text), e.g. ?sourceCode=右侧甲状腺肿瘤切除术")
-    return _parameters(translate_parameters(sourceCode, system))
+    try:
+        return _parameters(translate_parameters(sourceCode, system))
+    except UnknownSystem as e:
+        return _outcome(404, str(e))
 
 
 @app.post("/fhir/ConceptMap/$translate")
@@ -239,7 +322,10 @@ async def translate_post(request: Request, user: Coder):
 async def _in_thread(fn, *args):
     from starlette.concurrency import run_in_threadpool
 
-    return _parameters(await run_in_threadpool(fn, *args))
+    try:
+        return _parameters(await run_in_threadpool(fn, *args))
+    except UnknownSystem as e:
+        return _outcome(404, str(e))
 
 
 def main(host: str = "127.0.0.1", port: int = 8000) -> int:

@@ -98,7 +98,16 @@ def set_system_uri(s: Session, vocabulary_id: int, uri: str, username: str) -> N
 
 
 def vocabulary_id(s: Session, name: str) -> int | None:
-    return s.scalar(select(VocabularyRow.id).where(VocabularyRow.name == name))
+    """The vocabulary a person names: its exact name, its id, or the one name that holds what was typed in any case
+    (``yidu-n7k`` for "ICD-9-2017 协和临床版 (Yidu-N7K)", as `termnorm load-data` names it); None if none or several."""
+    found = s.scalar(select(VocabularyRow.id).where(VocabularyRow.name == name))
+    if found is not None or not (name or "").strip():
+        return found
+    rows = s.execute(select(VocabularyRow.id, VocabularyRow.name)).all()
+    if name.strip().isdigit() and int(name) in {i for i, _ in rows}:
+        return int(name)
+    held = [i for i, n in rows if name.strip().casefold() in n.casefold()]
+    return held[0] if len(held) == 1 else None
 
 
 def vocabulary_from_db(s: Session, vocabulary_id: int) -> Vocabulary:

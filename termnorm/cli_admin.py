@@ -128,8 +128,9 @@ def cmd_api_token(args: argparse.Namespace) -> int:
         with services.session_scope(args.db) as s:
             token = auth.create_api_token(s, args.username, args.days if args.days is not None
                                           else auth.API_TOKEN_DAYS)
-    except PermissionError as e:
-        print(f"error: {e} (create the user on the Users page first)", file=sys.stderr)
+    except (PermissionError, ValueError) as e:
+        hint = " (create the user on the Users page first)" if str(e).startswith("no enabled user") else ""
+        print(f"error: {e}{hint}", file=sys.stderr)
         return 2
     print(token)
     return 0

@@ -60,12 +60,33 @@ def postgres_server(timeout: float = 60.0):
                        check=True, capture_output=True, timeout=timeout + 10)
         subprocess.run(_as_server_user([str(bins / "createdb"), "-h", str(folder), "-p", str(port), "-U", "termnorm",
                                         "termnorm"]), check=True, capture_output=True, timeout=timeout)
-        yield f"postgresql+psycopg://termnorm@127.0.0.1:{port}/termnorm"
+        url = f"postgresql+psycopg://termnorm@127.0.0.1:{port}/termnorm"
+        _SERVERS[url] = (bins, data, log, opts, timeout)
+        yield url
     finally:
+        _SERVERS.pop(f"postgresql+psycopg://termnorm@127.0.0.1:{port}/termnorm", None)
         if (data / "postmaster.pid").exists():
             subprocess.run(_as_server_user([str(bins / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"]),
                            capture_output=True, timeout=timeout)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+_SERVERS: dict[str, tuple] = {}  # a running server's URL -> what stop_server / start_server need
+
+
+def stop_server(server_url: str) -> None:
+    """Stop a server of :func:`postgres_server` (a database going down under the app), its cluster kept."""
+    bins, data, _, _, timeout = _SERVERS[server_url]
+    subprocess.run(_as_server_user([str(bins / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"]),
+                   check=True, capture_output=True, timeout=timeout)
+
+
+def start_server(server_url: str) -> None:
+    """Start a server :func:`stop_server` stopped, on the same port and cluster."""
+    bins, data, log, opts, timeout = _SERVERS[server_url]
+    subprocess.run(_as_server_user([str(bins / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", opts, "-w",
+                                    "-t", str(int(timeout)), "start"]), check=True, capture_output=True,
+                   timeout=timeout + 10)
 
 
 def fresh_database(server_url: str, name: str) -> str:
