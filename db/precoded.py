@@ -56,6 +56,9 @@ def import_precoded(s: Session, path, batch_name: str, vocabulary_id: int, usern
     A file whose mentions a batch already holds imports nothing unless ``again`` (db.batches.import_mentions)."""
     fname = shown_name or Path(path).name
     report = dbio.ImportReport(file=fname)
+    if not Path(path).is_file():
+        report.errors.append(dbio.ImportProblem(fname, None, "no such file"))
+        return report
     if not is_precoded(path):
         report.errors.append(dbio.ImportProblem(fname, None, "not a pre-coded file: it lacks the columns "
                                                 f"termnorm normalize --output writes ({', '.join(PRECODED_COLUMNS)})"))
@@ -84,12 +87,21 @@ def import_precoded(s: Session, path, batch_name: str, vocabulary_id: int, usern
             return report
     terms = {name: (pos, codes or ([code] if code else [])) for name, pos, code, codes in s.execute(
         select(Term.name, Term.position, Term.code, Term.codes).where(Term.vocabulary_id == vocabulary_id))}
-    mentions, suggestions = [], []
+    mentions, suggestions, foreign = [], [], 0
     for text, (row, cells) in first.items():
         sug, notes = _suggestion(text, cells, terms)
         report.notices.extend(dbio.ImportProblem(fname, row, n) for n in notes)
         mentions.append(LabelledMention(text, [], row))
         suggestions.append(sug)
+        wanted = [t for t in (cells.get("chosen_terms") or "").split(" ## ") if t]
+        foreign += bool(wanted) and not any(t in terms for t in wanted)
+    answered = sum(1 for _, cells in first.values() if (cells.get("chosen_terms") or "").strip())
+    if answered and foreign * 2 > answered:  # most answers name terms this vocabulary lacks: the wrong vocabulary
+        report.notices.clear()
+        report.errors.append(dbio.ImportProblem(fname, None, (
+            f"nothing imported: {foreign:,} of the {answered:,} suggested answers name only terms this vocabulary "
+            "lacks; the file was pre-coded against another vocabulary (or edition): import it into that one")))
+        return report
     name = free_name(s, vocabulary_id, batch_name, report)
     try:
         bid = create_batch(s, name, vocabulary_id, mentions, username=username, source_file=fname, commit=False)

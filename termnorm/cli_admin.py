@@ -161,9 +161,10 @@ def cmd_import_precoded(args: argparse.Namespace) -> int:
         print(f"error: {args.file}: nothing imported: batch #{dup['id']} {dup['name']!r} holds its {dup['n']:,} "
               "mentions already (--again imports it as a new batch)", file=sys.stderr)
         return 2
-    print(report.summary() + (f"; batch #{report.batch_id}" if report.batch_id else ""))
+    out = sys.stdout if report.batch_id else sys.stderr  # nothing imported: an error, where scripts look for one
+    print(report.summary() + (f"; batch #{report.batch_id}" if report.batch_id else ""), file=out)
     for e in [*report.errors, *report.notices][:20]:
-        print(f"  {e}")
+        print(f"  {e}", file=out)
     return 0 if report.batch_id else 2
 
 

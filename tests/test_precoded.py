@@ -138,6 +138,21 @@ def test_termnorm_import_precoded_from_the_command_line(precoded_file, tmp_path)
     p = subprocess.run(run + ["--vocabulary", "procedures", "--batch", "h", "--again"], cwd=REPO, capture_output=True,
                        text=True, timeout=300)
     assert p.returncode == 0 and "a batch named 'h' exists already: this one is 'h (2)'" in p.stdout, p.stderr
+    # a user test: a missing file was "not a pre-coded file", and a file pre-coded against the procedures was
+    # imported into the diagnoses with a notice per row
+    missing = [a if a != str(path) else str(tmp_path / "nonexist.parquet") for a in run]
+    p = subprocess.run(missing + ["--vocabulary", "procedures"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2 and "nonexist.parquet" in p.stderr and "no such file" in p.stderr, p.stderr
+    with S.session_scope(url) as s:
+        S.load_vocabulary(s, demo_vocabulary("diagnoses"), "diagnoses")
+        n_batches = len(S.batches(s))
+    S.dispose(url)
+    p = subprocess.run(run + ["--vocabulary", "diagnoses"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2 and "pre-coded against another vocabulary" in p.stderr and "of the 40 suggested" in \
+        p.stderr, p.stderr
+    with S.session_scope(url) as s:
+        assert len(S.batches(s)) == n_batches  # nothing imported
+    S.dispose(url)
 
 
 def test_the_coding_page_serves_the_files_suggestion_and_a_failed_import_leaves_nothing(db, precoded_file,
