@@ -6,7 +6,8 @@
   checked (``PRAGMA integrity_check``) before the command says it is done. Restore: stop the app, put the copy
   in place of the database file (``termnorm settings`` shows where), start the app.
 * **PostgreSQL**: ``pg_dump --format=custom`` (a consistent snapshot; PostgreSQL's own tool, from the
-  server's client package); restore with ``pg_restore --clean --dbname ...`` into the app's database.
+  server's client package); restore with ``pg_restore --clean --if-exists --no-owner --dbname ...`` into the
+  app's database (``--if-exists``: into an empty database too, without an error per table).
 """
 
 from __future__ import annotations
@@ -32,7 +33,10 @@ def backup(dest, url: str | None = None, progress=None) -> dict:
     if u.get_backend_name() == "sqlite":
         return _sqlite(u.database, dest, progress)
     if u.get_backend_name() == "postgresql":
-        return _postgres(u, dest)
+        out = _postgres(u, dest)
+        if dest.suffix.lower() in (".sqlite3", ".sqlite", ".db"):
+            out["note"] = f"{dest.name} is a pg_dump archive, not a SQLite file: name PostgreSQL backups .dump"
+        return out
     raise ValueError(f"no backup for {u.get_backend_name()} databases (SQLite and PostgreSQL are supported)")
 
 
@@ -53,7 +57,8 @@ def _sqlite(path: str | None, dest: Path, progress) -> dict:
     if check != "ok":
         dest.unlink(missing_ok=True)
         raise RuntimeError(f"the copy of {path} failed its integrity check ({check}); nothing kept")
-    return {"backend": "sqlite", "source": path, "file": str(dest), "bytes": dest.stat().st_size}
+    return {"backend": "sqlite", "source": path, "file": str(dest), "bytes": dest.stat().st_size,
+            "restore": f"stop the app, then copy {dest} over {path}"}
 
 
 def pg_tool(name: str) -> str:
@@ -78,5 +83,6 @@ def _postgres(u, dest: Path) -> dict:
     if r.returncode != 0:
         dest.unlink(missing_ok=True)
         raise RuntimeError(f"pg_dump failed: {r.stderr.strip()[-500:]}")
+    shown = u.set(drivername="postgresql").render_as_string(hide_password=True)
     return {"backend": "postgresql", "source": u.render_as_string(hide_password=True), "file": str(dest),
-            "bytes": dest.stat().st_size}
+            "bytes": dest.stat().st_size, "restore": f"pg_restore --clean --if-exists --no-owner --dbname {shown} {dest}"}

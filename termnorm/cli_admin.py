@@ -176,7 +176,10 @@ def cmd_backup(args: argparse.Namespace) -> int:
     except (OSError, RuntimeError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"backed up {out['source']} to {out['file']} ({out['bytes']:,} bytes, {out['backend']})")
+    print(f"backed up {out['source']} to {out['file']} ({out['bytes']:,} bytes, {out['backend']})\n"
+          f"restore: {out['restore']}")
+    if out.get("note"):
+        print(f"note: {out['note']}", file=sys.stderr)
     return 0
 
 

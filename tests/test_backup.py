@@ -104,7 +104,9 @@ def test_postgresql_backup_restores_into_a_fresh_database(request, tmp_path):
     out = backup.backup(dest, url)
     assert out["backend"] == "postgresql" and dest.stat().st_size > 0
     target = postgres.fresh_database(server, "backup_dst")
-    r = subprocess.run([backup.pg_tool("pg_restore"), "--no-owner", "--dbname",
+    # the command the backup prints, into a fresh database: no error per table a --clean finds missing
+    assert out["restore"].startswith("pg_restore --clean --if-exists --no-owner --dbname ")
+    r = subprocess.run([backup.pg_tool("pg_restore"), "--clean", "--if-exists", "--no-owner", "--dbname",
                         backup.libpq_url(make_url(target)), str(dest)],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
