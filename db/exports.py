@@ -335,8 +335,10 @@ def fhir_concept_map(records: Iterable[dict], *, title: str = "termnorm decision
         "date": datetime.now(UTC).replace(microsecond=0).isoformat(),
         "publisher": "termnorm review app",
         "description": "Clinical mentions mapped to standard terms by coders (accepted, corrected and auto-coded "
-                       "decisions; a rejected mention is an element with noMap). Status active: every mapping "
-                       "here was approved by a lead.",
+                       "decisions; a rejected mention is an element with noMap). " + (
+                           "Status active: every mapping here was approved by a lead." if approved else
+                           f"Status draft: {sum(r.get('review_status') != 'approved' for r in latest.values())} "
+                           f"of the {len(latest)} mappings here are not approved by a lead yet."),
     }
     if groups:  # FHIR JSON has no empty arrays
         cm["group"] = [{"source": s, "target": t, "element": elements} for (s, t), elements in groups.items()]

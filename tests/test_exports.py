@@ -201,8 +201,12 @@ def test_fhir_status_is_active_only_when_every_mapping_is_approved(db):
     approve_all(s, d[:1])
     mixed = validated(S.export_decisions(s, bid, "fhir"))
     assert mixed["status"] == "draft" and len(mixed["group"][0]["element"]) == 3
+    # its description agrees (a user test read "draft" above "Status active: every mapping here was approved")
+    assert "Status draft: 2 of the 3 mappings here are not approved" in mixed["description"]
+    assert "Status active" not in mixed["description"]
     only = validated(S.export_decisions(s, bid, "fhir", approved_only=True))
     assert only["status"] == "active" and [e["code"] for e in only["group"][0]["element"]] == ["右侧甲状腺肿块切除"]
+    assert "Status active: every mapping here was approved by a lead." in only["description"]
     approve_all(s, d[1:])
     every = validated(S.export_decisions(s, bid, "fhir"))
     assert every["status"] == "active" and len(every["group"][0]["element"]) == 3
