@@ -85,4 +85,5 @@ def _postgres(u, dest: Path) -> dict:
         raise RuntimeError(f"pg_dump failed: {r.stderr.strip()[-500:]}")
     shown = u.set(drivername="postgresql").render_as_string(hide_password=True)
     return {"backend": "postgresql", "source": u.render_as_string(hide_password=True), "file": str(dest),
-            "bytes": dest.stat().st_size, "restore": f"pg_restore --clean --if-exists --no-owner --dbname {shown} {dest}"}
+            "bytes": dest.stat().st_size,
+            "restore": f"pg_restore --clean --if-exists --no-owner --dbname {shown} {dest}"}

@@ -355,8 +355,9 @@ def last_batch(s: Session, username: str) -> dict | None:
     """Where the user was last at work: the batch of their latest decision or live claim, whichever came later
     (``{"id", "vocabulary_id"}``), or None; a new sign-in opens it rather than the first batch of the list."""
     cutoff = utcnow() - timedelta(minutes=CLAIM_MINUTES)
-    held = s.execute(select(Mention.batch_id, Mention.claimed_at).where(
-        Mention.claimed_by == username, Mention.claimed_at >= cutoff).order_by(Mention.claimed_at.desc()).limit(1)).first()
+    held = s.execute(select(Mention.batch_id, Mention.claimed_at)
+                     .where(Mention.claimed_by == username, Mention.claimed_at >= cutoff)
+                     .order_by(Mention.claimed_at.desc()).limit(1)).first()
     decided = s.execute(select(Mention.batch_id, Decision.at).join(Decision, Decision.mention_id == Mention.id)
                         .join(User, User.id == Decision.user_id).where(User.username == username)
                         .order_by(Decision.at.desc(), Decision.id.desc()).limit(1)).first()

@@ -317,9 +317,9 @@ def build_engine_from(options: dict):
 
 def summary(stats: dict, output) -> str:
     read = stats.get("written", 0) + stats.get("skipped", 0)  # every row of the input is one or the other
-    lines = [f"{output}: {read:,} rows read: {stats.get('written', 0):,} written ({stats.get('distinct', 0):,} distinct "
-             f"mentions, {stats.get('coded_now', 0):,} coded in this run), {stats.get('skipped', 0):,} skipped, in "
-             f"{stats.get('seconds', 0):.1f} s"]
+    lines = [f"{output}: {read:,} rows read: {stats.get('written', 0):,} written "
+             f"({stats.get('distinct', 0):,} distinct mentions, {stats.get('coded_now', 0):,} coded in this run), "
+             f"{stats.get('skipped', 0):,} skipped, in {stats.get('seconds', 0):.1f} s"]
     if stats.get("formula_cells"):
         lines.append(f"{stats['formula_cells']:,} XLSX cell(s) held a formula without a saved value (text typed "
                      f"starting with '='), read as their text; the first in row {stats['first_formula_row']}")

@@ -156,7 +156,8 @@ def test_a_large_call_does_not_hold_up_a_small_one(api):
     worker = threading.Thread(target=call_big)
     worker.start()
     time.sleep(1.5)  # the large call is at the engine (it takes several seconds: 16 turns of 64 mentions)
-    status, out = _call(api["base"], "/normalize", api["token"], {"mentions": [MENTION], "vocabulary": "demo-procedures"})
+    status, out = _call(api["base"], "/normalize", api["token"],
+                        {"mentions": [MENTION], "vocabulary": "demo-procedures"})
     done["small"] = time.time() - t0
     worker.join(300)
     assert status == 200 and out["results"][0]["chosen"] == ["甲状腺病损切除术"]
