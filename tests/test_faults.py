@@ -130,69 +130,15 @@ def test_dropped_postgresql_connections_lose_nothing_and_double_nothing(request)
     assert len(recorded) == len(ids)
 
 
-def test_the_app_says_in_words_that_the_database_is_down_and_goes_on_when_it_is_back(monkeypatch):
-    """A user test: with PostgreSQL stopped, every page showed sqlalchemy's traceback (the server's address and
-    the installation's paths) instead of saying what is wrong. A private server here: it is stopped and started."""
+@pytest.fixture
+def stoppable_postgres():
+    """The demo data on a private PostgreSQL server a test may stop and start (postgres.stop_server): the URL."""
     if "postgresql" not in os.environ.get("TERMNORM_TEST_BACKENDS", "sqlite,postgresql"):
         pytest.skip("PostgreSQL narrowed out of this run (TERMNORM_TEST_BACKENDS)")
     import postgres
-    from streamlit.testing.v1 import AppTest
 
     from db import services
     from db.engine_holder import seed_demo
-    from helpers import REPO
-
-    with postgres.postgres_server() as url:
-        services.init_db(url)
-        with services.session_scope(url) as s:
-            seed_demo(s)
-        monkeypatch.setenv("TERMNORM_DB_URL", url)
-        monkeypatch.setenv("TERMNORM_AUTH", "off")
-        monkeypatch.setenv("TERMNORM_MIN_DWELL_S", "0")
-        at = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)
-        at.session_state["username"] = "cora"
-        at.run()
-        assert not at.exception
-        mid = next(int(w.key.split("_")[1]) for w in at.multiselect if w.key and w.key.startswith("terms_"))
-
-        postgres.stop_server(url)
-        at.button(key=f"accept_{mid}").click()  # a decision while the database is down
-        at.run()
-        fresh = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)  # a page opened now
-        fresh.session_state["username"] = "cora"
-        fresh.run()
-        port = url.rsplit(":", 1)[1].split("/")[0]
-        for page in (at, fresh):
-            assert not page.exception, [e.value for e in page.exception]
-            said = " ".join(e.value for e in page.error)
-            assert "The database is not answering right now" in said and port not in said and "Traceback" not in said
-
-        postgres.start_server(url)
-        at.button(key="_db_retry").click()
-        at.run()
-        assert not at.exception and not at.error
-        with services.session_scope(url) as s:
-            assert services.mention(s, mid)["decision"] is None  # said not saved, and it was not
-        at.button(key=f"accept_{mid}").click()
-        at.run()
-        with services.session_scope(url) as s:
-            assert services.mention(s, mid)["decision"]["action"] == "accept"
-        services.dispose(url)
-
-
-def test_the_api_says_503_while_the_database_is_down_and_its_health_says_so(tmp_path):
-    """A user test: /health said ok with PostgreSQL stopped (a load balancer kept sending calls) and every other
-    endpoint answered a bare 'Internal Server Error'."""
-    if "postgresql" not in os.environ.get("TERMNORM_TEST_BACKENDS", "sqlite,postgresql"):
-        pytest.skip("PostgreSQL narrowed out of this run (TERMNORM_TEST_BACKENDS)")
-    import sys
-
-    import postgres
-    from test_api import _call
-
-    from db import services
-    from db.engine_holder import seed_demo
-    from helpers import REPO
 
     with postgres.postgres_server() as url:
         services.init_db(url)
@@ -200,25 +146,85 @@ def test_the_api_says_503_while_the_database_is_down_and_its_health_says_so(tmp_
             seed_demo(s)
             services.ensure_user(s, "etl", role="coder")
         services.dispose(url)
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        env.update(TERMNORM_DB_URL=url, PYTHONPATH=str(REPO))
-        token = subprocess.run([sys.executable, "-m", "termnorm.cli", "api-token", "etl"], cwd=REPO, env=env,
-                               capture_output=True, text=True, timeout=300, check=True).stdout.strip()
-        port = free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "termnorm.cli", "serve", "--port", str(port)], cwd=REPO,
-                                env=env, stdout=open(tmp_path / "api.log", "wb"), stderr=subprocess.STDOUT)
-        base = f"http://127.0.0.1:{port}"
-        try:
-            wait_http(base + "/health", 120, proc)
-            assert _call(base, "/vocabularies", token)[0] == 200
-            postgres.stop_server(url)
-            assert _call(base, "/health") == (503, {"status": "database not answering"})
-            status, out = _call(base, "/vocabularies", token)
-            db_port = url.rsplit(":", 1)[1].split("/")[0]
-            assert status == 503 and "not answering" in out["detail"] and db_port not in out["detail"]
-            postgres.start_server(url)
-            assert _call(base, "/health") == (200, {"status": "ok"})
-            assert _call(base, "/vocabularies", token)[0] == 200
-        finally:
-            stop(proc)
+        yield url
+        services.dispose(url)
+
+
+def test_the_app_says_in_words_that_the_database_is_down_and_goes_on_when_it_is_back(stoppable_postgres,
+                                                                                   monkeypatch):
+    """A user test: with PostgreSQL stopped, every page showed sqlalchemy's traceback (the server's address and
+    the installation's paths) instead of saying what is wrong. A private server here: it is stopped and started."""
+    import postgres
+    from streamlit.testing.v1 import AppTest
+
+    from db import services
+    from helpers import REPO
+
+    url = stoppable_postgres
+    monkeypatch.setenv("TERMNORM_DB_URL", url)
+    monkeypatch.setenv("TERMNORM_AUTH", "off")
+    monkeypatch.setenv("TERMNORM_MIN_DWELL_S", "0")
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)
+    at.session_state["username"] = "cora"
+    at.run()
+    assert not at.exception
+    mid = next(int(w.key.split("_")[1]) for w in at.multiselect if w.key and w.key.startswith("terms_"))
+
+    postgres.stop_server(url)
+    at.button(key=f"accept_{mid}").click()  # a decision while the database is down
+    at.run()
+    fresh = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)  # a page opened now
+    fresh.session_state["username"] = "cora"
+    fresh.run()
+    port = url.rsplit(":", 1)[1].split("/")[0]
+    for page in (at, fresh):
+        assert not page.exception, [e.value for e in page.exception]
+        said = " ".join(e.value for e in page.error)
+        assert "The database is not answering right now" in said and port not in said and "Traceback" not in said
+
+    postgres.start_server(url)
+    at.button(key="_db_retry").click()
+    at.run()
+    assert not at.exception and not at.error
+    with services.session_scope(url) as s:
+        assert services.mention(s, mid)["decision"] is None  # said not saved, and it was not
+    at.button(key=f"accept_{mid}").click()
+    at.run()
+    with services.session_scope(url) as s:
+        assert services.mention(s, mid)["decision"]["action"] == "accept"
+    services.dispose(url)
+
+
+def test_the_api_says_503_while_the_database_is_down_and_its_health_says_so(stoppable_postgres, tmp_path):
+    """A user test: /health said ok with PostgreSQL stopped (a load balancer kept sending calls) and every other
+    endpoint answered a bare 'Internal Server Error'."""
+    import sys
+
+    import postgres
+    from test_api import _call
+
+    from helpers import REPO
+
+    url = stoppable_postgres
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(TERMNORM_DB_URL=url, PYTHONPATH=str(REPO))
+    token = subprocess.run([sys.executable, "-m", "termnorm.cli", "api-token", "etl"], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=300, check=True).stdout.strip()
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "termnorm.cli", "serve", "--port", str(port)], cwd=REPO,
+                            env=env, stdout=open(tmp_path / "api.log", "wb"), stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(base + "/health", 120, proc)
+        assert _call(base, "/vocabularies", token)[0] == 200
+        postgres.stop_server(url)
+        assert _call(base, "/health") == (503, {"status": "database not answering"})
+        status, out = _call(base, "/vocabularies", token)
+        db_port = url.rsplit(":", 1)[1].split("/")[0]
+        assert status == 503 and "not answering" in out["detail"] and db_port not in out["detail"]
+        postgres.start_server(url)
+        assert _call(base, "/health") == (200, {"status": "ok"})
+        assert _call(base, "/vocabularies", token)[0] == 200
+    finally:
+        stop(proc)
     assert "database not answering" in (tmp_path / "api.log").read_text(errors="replace")  # the details, for IT
