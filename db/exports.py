@@ -228,8 +228,9 @@ def jsonable_records(df: pd.DataFrame) -> list[dict]:
 def _jsonable(r: dict) -> dict:
     out = {}
     for k, v in r.items():
-        if hasattr(v, "isoformat"):
-            v = None if pd.isna(v) else v.isoformat()
+        if hasattr(v, "isoformat"):  # stored in UTC; SQLite hands them back without their zone: say it
+            v = None if pd.isna(v) else (v.replace(tzinfo=UTC) if isinstance(v, datetime) and v.tzinfo is None
+                                         else v).isoformat()
         elif isinstance(v, float) and v != v:  # NaN -> null
             v = None
         elif hasattr(v, "item"):  # numpy scalar

@@ -133,6 +133,7 @@ def test_a_rejection_is_in_csv_xlsx_jsonl_and_a_fhir_no_map(db):
     assert [(r["action"], r["terms"]) for r in jsonl][1] == ("reject", [])
     assert jsonl[0]["code_system"] == "urn:termnorm:vocabulary:procedures"
     assert (jsonl[0]["edition"], jsonl[0]["edition_label"]) == (1, "")
+    assert jsonl[0]["at"].endswith("+00:00")  # UTC said on both backends (SQLite hands times back without a zone)
     cm = validated(S.export_decisions(s, bid, "fhir"))
     (group,) = cm["group"]
     assert [e["code"] for e in group["element"]] == ["右侧甲状腺肿块切除", "奇怪的写法"]  # skip / flag: no mapping
