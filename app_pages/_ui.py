@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import streamlit as st
-from sqlalchemy.exc import InterfaceError, OperationalError
 
 from db import auth, serving, services
 from db.engine_holder import DEMO_SETS as DEMO_SETS, DEMO_USER as DEMO_USER  # noqa: F401 - re-exported for pages
@@ -61,8 +60,7 @@ def ready_database(url: str) -> str:
     return url
 
 
-#: what a database that is down, restarting or unreachable raises (also SQLite's "database is locked")
-DATABASE_DOWN = (OperationalError, InterfaceError)
+DATABASE_DOWN = services.DATABASE_DOWN  # what a database that is down or unreachable raises (db.store)
 
 
 def database_down(error: Exception) -> None:

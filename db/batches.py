@@ -353,7 +353,8 @@ def claimed_by_others(s: Session, batch_id: int, username: str) -> int:
 
 def last_batch(s: Session, username: str) -> dict | None:
     """Where the user was last at work: the batch of their latest decision or live claim, whichever came later
-    (``{"id", "vocabulary_id"}``), or None; a new sign-in opens it rather than the first batch of the list."""
+    (``{"id", "vocabulary_id"}``), while it has mentions left to decide; else None. A new sign-in opens it rather
+    than the first batch of the list (a finished one would only say so)."""
     cutoff = utcnow() - timedelta(minutes=CLAIM_MINUTES)
     held = s.execute(select(Mention.batch_id, Mention.claimed_at)
                      .where(Mention.claimed_by == username, Mention.claimed_at >= cutoff)
@@ -365,6 +366,9 @@ def last_batch(s: Session, username: str) -> dict | None:
     if not found:
         return None
     batch_id = max(found, key=lambda r: _aware(r[1]))[0]
+    if s.scalar(select(Mention.id).where(Mention.batch_id == batch_id, Mention.status.not_in(FINAL_STATUSES))
+                .limit(1)) is None:
+        return None
     return {"id": batch_id, "vocabulary_id": s.scalar(select(Batch.vocabulary_id).where(Batch.id == batch_id))}
 
 

@@ -77,6 +77,7 @@ from db.reporting import DECISION_COLUMNS, code_system, decisions_frame, export_
 from db.store import (
     ALEMBIC_INI,
     DB_DIR,
+    DATABASE_DOWN,
     database_url,
     dispose,
     get_engine,
@@ -102,7 +103,7 @@ from db.vocabularies import (
 __all__ = [
     # db.store
     "ALEMBIC_INI", "DB_DIR", "database_url", "dispose", "get_engine", "get_sessionmaker", "init_db",
-    "session_scope",
+    "session_scope", "DATABASE_DOWN",
     # db.accounts
     "audit_frame", "ensure_user", "get_setting", "put_setting", "users",
     # db.vocabularies

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool, StaticPool
 
@@ -146,6 +147,11 @@ def _upgrade_sqlite(url: str, cfg, app_engine: Engine) -> None:
 def get_sessionmaker(url: str | None = None) -> sessionmaker:
     init_db(url)
     return _makers[database_url(url)]
+
+
+#: what a database that is down, restarting or unreachable raises (also SQLite's "database is locked"): the app
+#: and the API say so in words (the pages import no SQLAlchemy)
+DATABASE_DOWN = (OperationalError, InterfaceError)
 
 
 @contextmanager

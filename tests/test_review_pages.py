@@ -335,6 +335,11 @@ def test_a_coder_who_leaves_frees_the_mention_on_screen_and_comes_back_to_the_la
         assert services.next_mention(s, second, "liu", claim=False)["id"] == on_second  # freed at the sign-out
     again = app_as("zhang")  # a new sign-in (a new browser session) at the bare address
     assert again.selectbox(key="_batch").value == second and on_screen(again) == on_second
+    with services.session_scope(url) as s:  # the second batch finished: a new sign-in opens the list's first
+        for m in services.mentions(s, second):
+            if m["status"] not in services.FINAL_STATUSES:
+                services.record_decision(s, m["id"], "zhang", "reject")
+    assert app_as("zhang").selectbox(key="_batch").value == team["bid"]
     fresh = app_as("liu")  # liu has no decision yet: the first batch, as before
     assert fresh.selectbox(key="_batch").value == team["bid"]
 
