@@ -62,6 +62,7 @@ from db.import_rows import (
     text_cell,
     validate_mention,
 )
+from termnorm.batch_io import extra_cells, line_cells
 from termnorm.records import LabelledMention
 
 # a note in a document column may be long (db.import_rows.MAX_DOCUMENT_CHARS and beyond, to name it in a
@@ -235,6 +236,9 @@ def _decodes(b: bytes, enc: str) -> bool:
         return False
 
 
+AGAIN = "import the row again"  # what a row's problem asks; termnorm normalize --input reads by the same rules
+
+
 def _csv_rows(data: bytes) -> tuple[list[tuple[int, list[str] | str]], set[int]]:
     """(row number, cells or the row's problem) per row, and the rows that held NUL bytes. Rows are numbered
     as a spreadsheet shows the file (the header is row 1, a quoted note with line breaks is one row), so a
@@ -256,7 +260,7 @@ def _csv_rows(data: bytes) -> tuple[list[tuple[int, list[str] | str]], set[int]]
     lines = [ln.replace("\x00", "").rstrip("\r\n") for ln in lines]
     first = next((ln for ln in lines if ln.strip()), "")
     delimiter = max(("\t", ",", ";"), key=first.count) if any(d in first for d in "\t,;") else ","
-    per_line = [(n, _line_cells(line, delimiter)) for n, line in enumerate(lines, start=1)]
+    per_line = [(n, line_cells(line, delimiter, AGAIN)) for n, line in enumerate(lines, start=1)]
     records = _records(lines, delimiter)
     header = next((cells for _, _, cells in records or () if any(c.strip() for c in cells)), None)
     col = find_column(header, MENTION_COLUMNS) if header is not None else None
@@ -278,30 +282,9 @@ def _csv_rows(data: bytes) -> tuple[list[tuple[int, list[str] | str]], set[int]]
                          for n in range(start + 1, end + 1))
         else:
             spans.extend((range(n, n + 1), c) for n, c in per_line[start - 1:end])
-    return ([(row, _within(cells, len(header), delimiter)) for row, (_, cells) in enumerate(spans, start=1)],
+    return ([(row, cells if isinstance(cells, str) else extra_cells(cells, len(header), delimiter, AGAIN) or cells)
+             for row, (_, cells) in enumerate(spans, start=1)],
             {row for row, (lines_of, _) in enumerate(spans, start=1) if nul_rows.intersection(lines_of)})
-
-
-def _within(cells: list[str] | str, width: int, delimiter: str) -> list[str] | str:
-    """A row's cells, or its problem when cells beyond the header's are filled: an unquoted delimiter inside a cell
-    split it, and importing the row would cut its mention or move its columns without a word."""
-    if isinstance(cells, str) or not any(c.strip() for c in cells[width:]):
-        return cells
-    sign = "tab" if delimiter == "\t" else repr(delimiter)
-    return (f"has {len(cells)} cells but the header {width}: an unquoted {sign} inside a cell? Quote that cell and "
-            "import the row again")
-
-
-def _line_cells(line: str, delimiter: str) -> list[str] | str:
-    """One physical line's cells, or why it cannot be read on its own."""
-    try:
-        # fed with its line break, a cell whose quote never closes ends in that "\n"
-        cells = next(csv.reader([line + "\n"], delimiter=delimiter), [])
-    except csv.Error as e:  # e.g. a cell over csv.field_size_limit()
-        return f"unreadable CSV row ({e})"
-    # a quote that never closes on this line (it opens a cell, or it closed one opened above: a quoted line break
-    # in a mention, which is read line by line) makes the line unreadable on its own, not a mention ending in "
-    return UNBALANCED_QUOTE if any("\n" in c for c in cells) or line.count('"') % 2 else cells
 
 
 def _records(lines: list[str], delimiter: str) -> list[tuple[int, int, list[str]]] | None:

@@ -87,15 +87,15 @@ def import_precoded(s: Session, path, batch_name: str, vocabulary_id: int, usern
             return report
     terms = {name: (pos, codes or ([code] if code else [])) for name, pos, code, codes in s.execute(
         select(Term.name, Term.position, Term.code, Term.codes).where(Term.vocabulary_id == vocabulary_id))}
-    mentions, suggestions, foreign = [], [], 0
+    mentions, suggestions, answered, foreign = [], [], 0, 0
     for text, (row, cells) in first.items():
         sug, notes = _suggestion(text, cells, terms)
         report.notices.extend(dbio.ImportProblem(fname, row, n) for n in notes)
         mentions.append(LabelledMention(text, [], row))
         suggestions.append(sug)
         wanted = [t for t in (cells.get("chosen_terms") or "").split(" ## ") if t]
+        answered += bool(wanted)
         foreign += bool(wanted) and not any(t in terms for t in wanted)
-    answered = sum(1 for _, cells in first.values() if (cells.get("chosen_terms") or "").strip())
     if answered and foreign * 2 > answered:  # most answers name terms this vocabulary lacks: the wrong vocabulary
         report.notices.clear()
         report.errors.append(dbio.ImportProblem(fname, None, (

@@ -85,11 +85,9 @@ class _Columns:
         cells = list(cells)
         if self.mention_at >= len(cells):
             return InputRow(row, problem=f"has {len(cells)} cell(s), no mention column ({self.mention_name})")
-        if delimiter and self.width and any(_text(c).strip() for c in cells[self.width:]):
-            sign = "tab" if delimiter == "\t" else repr(delimiter)
-            return InputRow(row, _text(cells[self.mention_at]).strip(),
-                            problem=f"has {len(cells)} cells but the header {self.width}: an unquoted {sign} "
-                                         "inside a cell? Quote that cell and run the row again")
+        extra = extra_cells(cells, self.width, delimiter) if delimiter else None
+        if extra:
+            return InputRow(row, _text(cells[self.mention_at]).strip(), problem=extra)
         keep = {k: _text(cells[j]) if j < len(cells) else "" for k, j in zip(self.keep, self.keep_at)}
         return _checked(InputRow(row, _text(cells[self.mention_at]).strip(), keep))
 
@@ -158,23 +156,35 @@ def _read_delimited(path, fmt, column, keep, header):
                     yield cols.row(start, cells, delimiter)
                 continue
             for n, ln in enumerate(span, start=start):
-                one = _line_cells(ln, delimiter)
+                one = line_cells(ln, delimiter)
                 if isinstance(one, str):
                     yield InputRow(n, ln.rstrip("\r\n"), problem=one)  # the line as written, in the bad rows file
                 elif any(c.strip() for c in one):
                     yield cols.row(n, one, delimiter)
 
 
-def _line_cells(line: str, delimiter: str) -> list[str] | str:
-    """One physical line's cells, or why it cannot be read on its own (a quote that never closes on it)."""
+def line_cells(line: str, delimiter: str, again: str = "run the row again") -> list[str] | str:
+    """One physical line's cells, or why it cannot be read on its own (a quote that never closes on it): the
+    rule this reader and the Import page (db.imports, ``again`` = "import the row again") share."""
     body = line.rstrip("\r\n")
     try:
+        # fed with its line break, a cell whose quote never closes ends in that "\n"
         cells = next(csv.reader([body + "\n"], delimiter=delimiter), [])
-    except csv.Error as e:
-        return f"cannot be read on its own ({e})"
+    except csv.Error as e:  # e.g. a cell over csv.field_size_limit()
+        return f"unreadable CSV row ({e})"
     if any("\n" in c for c in cells) or body.count('"') % 2:
-        return 'unbalanced quote (") in this row: fix the quoting and run the row again'
+        return f'unbalanced quote (") in this row: fix the quoting and {again}'
     return cells
+
+
+def extra_cells(cells: list, width: int | None, delimiter: str, again: str = "run the row again") -> str | None:
+    """Why a CSV / TSV row with filled cells beyond the header's ``width`` is not taken (an unquoted delimiter
+    inside a cell split it: taking the row would cut its mention or move its columns), else None."""
+    if not width or not any(_text(c).strip() for c in cells[width:]):
+        return None
+    sign = "tab" if delimiter == "\t" else repr(delimiter)
+    return (f"has {len(cells)} cells but the header {width}: an unquoted {sign} inside a cell? Quote that cell "
+            f"and {again}")
 
 
 def _rows_inside(cols: _Columns, continuation: list[str], delimiter: str) -> bool:
@@ -182,7 +192,7 @@ def _rows_inside(cols: _Columns, continuation: list[str], delimiter: str) -> boo
     as the header, a mention): rows a stray quote swallowed, not a quoted note's lines."""
     width = cols.width or cols.mention_at + 1
     for ln in continuation:
-        one = _line_cells(ln, delimiter)
+        one = line_cells(ln, delimiter)
         if isinstance(one, list) and len(one) >= width and cols.mention_at < len(one) and one[cols.mention_at].strip():
             return True
     return False
