@@ -146,11 +146,10 @@ ENGINES = _Engines()
 def _vocabulary(name: str | None) -> dict:
     with services.session_scope() as s:
         vocabs = services.vocabularies(s)
+        # the exact name, the id, or the one name holding it (yidu-n7k)
+        vid = services.vocabulary_id(s, name) if name is not None else None
     if name is None and len(vocabs) == 1:
         return vocabs[0]
-    if name is not None:
-        with services.session_scope() as s:
-            vid = services.vocabulary_id(s, name)  # the exact name, the id, or the one name holding it (yidu-n7k)
     found = next((v for v in vocabs if name is not None and v["id"] == vid), None)
     if found is None:
         known = ", ".join(v["name"] for v in vocabs) or "none loaded"
