@@ -528,3 +528,34 @@ def test_a_static_encoder_trains_only_the_pieces_it_reads_and_reloads_as_a_model
 
     index = DenseRecaller.load(out / "index", enc, load_vocabulary(DEMO / "procedures.csv"))
     assert len(index.recall(probe[0], 5)) == 5
+
+
+def test_training_only_the_top_layer_runs_the_lower_ones_once_per_text_and_saves_a_whole_model(tiny_dir, demo,
+                                                                                                tmp_path):
+    from termnorm.dense.top_layers import TopLayerTrainer
+
+    vocab, mentions = demo
+    train = mentions[:60]
+    probe = ["甲状腺病损切除术", "阑尾切除术", "LC"]
+    enc = fresh(tiny_dir)
+    start = {n: p.detach().clone() for n, p in enc.model.named_parameters()}
+    with pytest.raises(ValueError, match="top must be in 1..1"):
+        TopLayerTrainer(fresh(tiny_dir), 2)
+    enc.model.eval()
+    with torch.no_grad():  # the cached lower layer and the top one embed as the whole model does
+        assert torch.allclose(TopLayerTrainer(fresh(tiny_dir), 1).embed(probe, enc.query_prefix),
+                              enc.embed(probe, enc.query_prefix), atol=1e-3)
+    before = evaluate_recall(enc, vocab, train, ks=(10,))["recall@10"]
+    m = train_biencoder(enc, vocab, train, objective="nce", epochs=4, batch_size=16, lr=5e-3, val=train,
+                        progress=False, seed=1, train_top=1)
+    assert m["train_top"] == 1 and m["steps"] > 3
+    assert m["final"]["recall@10"] > before + 0.05, (before, m["final"])
+    # four passes, yet each text's lower layer ran once: at most one run per mention and per name
+    texts = {m_.text for m_ in train} | set(vocab.names)
+    assert 0 < m["lower_layers_run"] <= len(texts)
+    moved = {n for n, p in enc.model.named_parameters() if not torch.equal(p.detach(), start[n])}
+    assert moved and all(".layer.1." in n for n in moved), sorted(moved)
+    enc.save(tmp_path / "model")
+    again = BiEncoder.load(tmp_path / "model", device="cpu")
+    assert np.allclose(again.encode_queries(probe), enc.encode_queries(probe), atol=1e-5)
+    assert not np.allclose(fresh(tiny_dir).encode_queries(probe), enc.encode_queries(probe), atol=1e-3)

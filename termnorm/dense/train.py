@@ -40,7 +40,6 @@ each epoch; the loop calls the sentence-transformers losses' ``compute_loss_from
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import sys
@@ -58,6 +57,7 @@ from termnorm.dense.biencoder import BiEncoder, autocast_for, count_class, count
 from termnorm.dense.biencoder import fit_count_head_vectors
 from termnorm.dense.mining import compose_batches, label_batches, random_negatives, related_by_code
 from termnorm.dense.mining import sample_hard_negatives, top_k_similar
+from termnorm.dense.top_layers import TopLayerTrainer
 from termnorm.dense.train_prep import (
     DATA,
     IGNORE,
@@ -75,6 +75,7 @@ from termnorm.dense.train_prep import (
     query_term_pairs,
     sample_queries,
 )
+from termnorm.encoder.wheels import sha256_file
 from termnorm.records import LabelledMention
 from termnorm.vocabulary import Vocabulary
 
@@ -119,6 +120,7 @@ def train_biencoder(model: BiEncoder, vocab: Vocabulary, train: Sequence[Labelle
     if freeze is None:
         freeze = device.type == "cpu" and emb_params > 1_000_000 and not static
     model.freeze_word_embeddings(bool(freeze))
+    enc = TopLayerTrainer(model, c.train_top) if c.train_top else model  # what the steps embed with
     joint_count = c.count_head and c.data != "vocab" and not static  # static: its head is fitted after
     head = model.ensure_count_head() if joint_count else None
 
@@ -160,7 +162,8 @@ def train_biencoder(model: BiEncoder, vocab: Vocabulary, train: Sequence[Labelle
 
     metrics: dict = {"objective": c.objective, "data": c.data, "epochs": [], "batch_size": c.batch_size, "lr": c.lr,
                      "freeze_embeddings": bool(freeze), "n_queries": len(queries.texts),
-                     "count_head": "joint" if joint_count else ("separate" if c.count_head else None)}
+                     "count_head": "joint" if joint_count else ("separate" if c.count_head else None),
+                    "train_top": c.train_top}
     steps_total_est = None
     scheduler = None
     step = 0
@@ -247,11 +250,11 @@ def train_biencoder(model: BiEncoder, vocab: Vocabulary, train: Sequence[Labelle
         for b in bar:
             with autocast_for(device):
                 if c.objective == "nce":
-                    loss, anchors, a_emb = _nce_step(model, loss_fn, queries, names, pair_q, pair_t, neg, b)
+                    loss, anchors, a_emb = _nce_step(enc, loss_fn, queries, names, pair_q, pair_t, neg, b)
                 elif c.objective == "triplet_online":
-                    loss, anchors, a_emb = _triplet_step(model, loss_fn, queries, names, b)
+                    loss, anchors, a_emb = _triplet_step(enc, loss_fn, queries, names, b)
                 else:
-                    loss, anchors, a_emb = _batch_hard_step(model, loss_fn, bh_items, b)
+                    loss, anchors, a_emb = _batch_hard_step(enc, loss_fn, bh_items, b)
                 if head is not None and anchors:
                     y = torch.tensor([c for _, c in anchors], device=device)
                     if (y != IGNORE).any():
@@ -302,6 +305,7 @@ def train_biencoder(model: BiEncoder, vocab: Vocabulary, train: Sequence[Labelle
                     "steps_per_s": step / train_seconds if train_seconds > 0 else None,
                     "encode_strings_per_s": encode_stats[0] / encode_stats[1] if encode_stats[1] > 0 else None,
                     "total_seconds": round(time.perf_counter() - t_start, 2), "stopped_early": stop,
+                    "lower_layers_run": getattr(enc, "computed", None),
                     "device": str(device)})
     return metrics
 
@@ -350,14 +354,6 @@ def _batch_hard_step(model, loss_fn, items, b):
 
 
 # --------------------------------------------------------------------------- CLI
-def sha256_file(path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def resolve_encoder_folder(spec: str) -> Path:
     """A local model folder as is; anything else through ``termnorm.encoder.provider.resolve_encoder``."""
     p = Path(spec)
@@ -390,6 +386,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, help="CPU threads for torch (1 is fastest on a busy shared machine)")
     ap.add_argument("--layers", type=int, help="keep only the first N encoder layers (speed, approach A)")
     ap.add_argument("--static", action="store_true", help="a bag of the encoder's word pieces (no attention)")
+    ap.add_argument("--train-top", type=int, help="train only the top N layers; the lower ones' output is "
+                    "computed once per text and cached (CPU speed: termnorm.dense.top_layers)")
     ap.add_argument("--hard-terms", type=int, default=3, help="nce: hard negative terms per mention")
     ap.add_argument("--hard-queries", type=int, default=10, help="nce: hard negative mentions per term")
     ap.add_argument("--related-not-negative", action="store_true",
@@ -454,7 +452,8 @@ def _train_one(args, folder: Path, vocab, train, val, out: Path, t0: float) -> N
                                   count_head=not args.no_count_head, time_budget_s=args.max_seconds,
                                   max_steps=args.max_steps, max_queries=args.max_queries, seed=args.seed,
                                   progress=not args.no_progress, n_hard_terms=args.hard_terms,
-                                  n_hard_queries=args.hard_queries, related_not_negative=args.related_not_negative)
+                                  n_hard_queries=args.hard_queries, related_not_negative=args.related_not_negative,
+                                  train_top=args.train_top)
     metrics = train_biencoder(model, vocab, train, config, val=val, state=state)
     model.save(out / "model")
     from termnorm.dense.sieve import Sieve, calibrate_threshold

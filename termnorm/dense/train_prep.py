@@ -85,6 +85,7 @@ class BiEncoderTrainConfig:
     max_grad_norm: float = 1.0  # gradient clipping norm
     time_budget_s: float | None = None  # stop training after this many seconds (then evaluate)
     max_steps: int | None = None  # stop training after this many steps (then evaluate)
+    train_top: int | None = None  # train only the top N layers, the lower ones cached (termnorm.dense.top_layers)
     max_queries: int | None = None  # a random sample of this many queries, drawn before mining (see sample_queries)
     eval_ks: Sequence[int] = (1, 10, 20)  # recall@k reported on ``val``
     seed: int = 0  # numpy and torch seed

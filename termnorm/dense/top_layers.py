@@ -1,0 +1,82 @@
+"""Train only the top layers of a transformer bi-encoder, reading the lower layers' output from a cache.
+
+Why: on the 2-core CPU the synonym encoder's limit is speed. All 12 layers of e5-small forward and back
+get through a sixth of one pass over MEDIC's 64,199 synonym pairs in 30 minutes (docs/benchmarks.md).
+With the lower layers frozen, a text's output of them never changes: it is computed once (no gradient,
+kept in half precision) and a step runs only the top ``k`` layers forward and back. After training the
+model is whole again: the top layers' new weights sit in the same model, so it is saved and loaded as
+any other. Written by hand because sentence-transformers trains the whole stack or freezes parameters
+but still runs every layer each step.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+
+class TopLayerTrainer:
+    """``embed`` as :meth:`BiEncoder.embed`, with every layer below the top ``top`` frozen and cached."""
+
+    def __init__(self, model, top: int):
+        st = model.model
+        hf = None if model.is_static else st.transformers_model
+        layers = getattr(getattr(hf, "encoder", None), "layer", None)
+        if layers is None:  # a static bag of pieces has no layers
+            raise ValueError("top-layer training needs a BERT-like encoder (model.encoder.layer)")
+        if not 1 <= top < len(layers):
+            raise ValueError(f"top must be in 1..{len(layers) - 1} for a {len(layers)}-layer encoder, got {top}")
+        self.model, self.hf, self.top = model, hf, int(top)
+        self.split = len(layers) - self.top
+        self.query_prefix, self.passage_prefix = model.query_prefix, model.passage_prefix
+        trainable = {id(p) for layer in layers[self.split:] for p in layer.parameters()}
+        for p in st.parameters():
+            p.requires_grad_(id(p) in trainable)
+        self._cache: dict[str, torch.Tensor] = {}  # prefixed text -> [tokens, dim] output of the lower layers
+        self.computed = 0  # texts whose lower layers were run (a cache miss each)
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    def _fill(self, texts: list[str]) -> None:
+        """Run the lower layers once for the texts not cached yet (eval mode, no gradient)."""
+        todo = list(dict.fromkeys(t for t in texts if t not in self._cache))
+        if not todo:
+            return
+        st, was_training = self.model.model, self.hf.training
+        self.hf.eval()
+        with torch.no_grad():
+            for s in range(0, len(todo), 256):
+                chunk = todo[s:s + 256]
+                feats = st.preprocess(chunk)
+                ids, mask = feats["input_ids"].to(self.model.device), feats["attention_mask"].to(self.model.device)
+                extra = {"token_type_ids": feats["token_type_ids"].to(self.model.device)} \
+                    if "token_type_ids" in feats else {}
+                out = self.hf(input_ids=ids, attention_mask=mask, output_hidden_states=True, **extra)
+                h = out.hidden_states[self.split]
+                for i, t in enumerate(chunk):
+                    self._cache[t] = h[i, : int(mask[i].sum())].to(torch.float16).cpu()
+        self.computed += len(todo)
+        self.hf.train(was_training)
+
+    def embed(self, texts: Sequence[str], prefix: str = "") -> torch.Tensor:
+        """Differentiable mean-pooled embeddings (not normalised), equal to the whole model's in eval mode."""
+        from transformers.masking_utils import create_bidirectional_mask
+
+        keys = self.model._prep(texts, prefix)
+        self._fill(keys)
+        rows = [self._cache[k] for k in keys]
+        width, dev = max(len(r) for r in rows), self.model.device
+        h = torch.zeros(len(rows), width, rows[0].shape[-1], dtype=torch.float32)
+        mask = torch.zeros(len(rows), width, dtype=torch.long)
+        for i, r in enumerate(rows):
+            h[i, : len(r)] = r.float()
+            mask[i, : len(r)] = 1
+        h, mask = h.to(dev), mask.to(dev)
+        att = create_bidirectional_mask(config=self.hf.config, inputs_embeds=h, attention_mask=mask)
+        for layer in self.hf.encoder.layer[self.split:]:
+            out = layer(h, attention_mask=att)
+            h = out[0] if isinstance(out, tuple) else out
+        m = mask.unsqueeze(-1).to(h.dtype)
+        return (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
