@@ -292,8 +292,11 @@ if batch_list:
     if ready is not None and ready["options"] == export_options(export_id, fmt):
         out = ready["export"]
         show_report(out.report)
-        st.download_button(f"Download {_ui.md(out.file_name)}", data=out.data, file_name=out.file_name, mime=out.mime,
-                           key="export_download", type="primary", on_click="ignore",
-                           help=f"Prepared at {ready['at']}: prepare again to include later decisions.")
+        if out.report.get("rows", out.report.get("elements", 1)):
+            st.download_button(f"Download {_ui.md(out.file_name)}", data=out.data, file_name=out.file_name,
+                               mime=out.mime, key="export_download", type="primary", on_click="ignore",
+                               help=f"Prepared at {ready['at']}: prepare again to include later decisions.")
+        else:  # a header alone, or a ConceptMap without an element, is no export
+            st.caption("Nothing to download: the file would hold no decision.")
     elif ready is not None:
         st.caption("The export options changed since the file was prepared: prepare it again.")

@@ -379,6 +379,31 @@ def test_page_prepares_the_export_then_downloads_ready_bytes(app_db, tmp_path):
     assert cm["status"] == "active" and len(cm["group"][0]["element"]) == 1
 
 
+def test_an_export_with_no_decision_to_write_offers_no_file(app_db):
+    """A user test downloaded an OMOP file holding its header alone: nothing in the batch was approved yet."""
+    at = run(AppTest.from_file(APP, default_timeout=TIMEOUT))  # seeds the demo data
+    bid = at.session_state["batch_id"]
+    with S.session_scope(app_db) as s:
+        m = S.mentions(s, bid)[0]
+        S.record_decision(s, m["id"], "coder", "accept", ["阑尾切除术"])  # decided, not approved
+    at.switch_page("app_pages/import_export.py")
+    run(at)
+    at.selectbox(key="export_format").set_value("OMOP SOURCE_TO_CONCEPT_MAP")
+    run(at)
+    at.button(key="export_prepare").click()
+    run(at)
+    assert at.session_state["export_ready"]["export"].report["rows"] == 0
+    assert not at.get("download_button")
+    assert any("No approved decision" in w.value for w in at.warning)
+    assert any("Nothing to download" in c.value for c in at.caption)
+    at.selectbox(key="export_format").set_value("CSV")  # the unapproved decision is there to export
+    run(at)
+    at.button(key="export_prepare").click()
+    run(at)
+    assert at.session_state["export_ready"]["export"].report["rows"] == 1
+    assert len(at.get("download_button")) == 1 and not any("Nothing to download" in c.value for c in at.caption)
+
+
 def test_a_mention_marked_not_related_to_its_terms_is_no_mapping_and_teaches_them_as_wrong(db):
     """Key 5 then Save: the coder states the mention is *not* the terms in the box. A user test found it stored
     as an accept that became a positive training pair, coded history, an OMOP row with the term's concept and a
