@@ -546,13 +546,16 @@ def test_training_only_the_top_layer_runs_the_lower_ones_once_per_text_and_saves
         assert torch.allclose(TopLayerTrainer(fresh(tiny_dir), 1).embed(probe, enc.query_prefix),
                               enc.embed(probe, enc.query_prefix), atol=1e-3)
     before = evaluate_recall(enc, vocab, train, ks=(10,))["recall@10"]
+    state: dict = {}
     m = train_biencoder(enc, vocab, train, objective="nce", epochs=4, batch_size=16, lr=5e-3, val=train,
-                        progress=False, seed=1, train_top=1)
+                        progress=False, seed=1, train_top=1, state=state)
     assert m["train_top"] == 1 and m["steps"] > 3
     assert m["final"]["recall@10"] > before + 0.05, (before, m["final"])
-    # four passes, yet each text's lower layer ran once: at most one run per mention and per name
-    texts = {m_.text for m_ in train} | set(vocab.names)
-    assert 0 < m["lower_layers_run"] <= len(texts)
+    # four passes and five encodings for mining and recall, yet each text's lower layer ran once
+    forms = vocab.surface_forms()[0]
+    assert 0 < m["lower_layers_run"] <= len({m_.text for m_ in train}) + len(forms)
+    # the vectors the index is built from are the trained model's own
+    assert np.allclose(state["form_vecs"], enc.encode_terms(forms), atol=1e-3)
     moved = {n for n, p in enc.model.named_parameters() if not torch.equal(p.detach(), start[n])}
     assert moved and all(".layer.1." in n for n in moved), sorted(moved)
     enc.save(tmp_path / "model")

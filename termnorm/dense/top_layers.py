@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
 import torch
 
 
@@ -80,3 +81,24 @@ class TopLayerTrainer:
             h = out[0] if isinstance(out, tuple) else out
         m = mask.unsqueeze(-1).to(h.dtype)
         return (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
+
+    def encode(self, texts: Sequence[str], prefix: str = "", batch_size: int = 256) -> np.ndarray:
+        """Unit vectors as :meth:`BiEncoder.encode` gives, from the cache: mining and the final index read the
+        same lower-layer outputs the steps do, so no text runs the lower layers twice."""
+        if len(texts) == 0:
+            return np.zeros((0, self.model.dim), dtype=np.float32)
+        was_training = self.hf.training
+        self.hf.eval()
+        out = []
+        with torch.no_grad():
+            for s in range(0, len(texts), batch_size):
+                v = self.embed(texts[s:s + batch_size], prefix)
+                out.append(torch.nn.functional.normalize(v.float(), dim=-1).cpu().numpy())
+        self.hf.train(was_training)
+        return np.ascontiguousarray(np.concatenate(out), dtype=np.float32)
+
+    def encode_queries(self, texts: Sequence[str], batch_size: int = 256, progress: bool = False) -> np.ndarray:
+        return self.encode(texts, self.query_prefix, batch_size)
+
+    def encode_terms(self, texts: Sequence[str], batch_size: int = 256, progress: bool = False) -> np.ndarray:
+        return self.encode(texts, self.passage_prefix, batch_size)

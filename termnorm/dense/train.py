@@ -174,9 +174,9 @@ def train_biencoder(model: BiEncoder, vocab: Vocabulary, train: Sequence[Labelle
     def encode_state(with_queries: bool, all_forms: bool):
         """Encode the vocabulary's forms (or its names alone: mining reads no more) and the training / val queries."""
         t0 = time.perf_counter()
-        fv = model.encode_terms(form_texts if all_forms else form_texts[:n_names])
-        qv = model.encode_queries(queries.texts) if (queries.texts and with_queries) else None
-        vv = model.encode_queries([m.text for m in efn_val]) if efn_val else None
+        fv = enc.encode_terms(form_texts if all_forms else form_texts[:n_names])
+        qv = enc.encode_queries(queries.texts) if (queries.texts and with_queries) else None
+        vv = enc.encode_queries([m.text for m in efn_val]) if efn_val else None
         encode_stats[0] += len(fv) + (len(qv) if qv is not None else 0) + (len(efn_val) if efn_val else 0)
         encode_stats[1] += time.perf_counter() - t0
         return fv, qv, vv
