@@ -54,17 +54,24 @@ class TopLayerTrainer:
                 ids, mask = feats["input_ids"].to(self.model.device), feats["attention_mask"].to(self.model.device)
                 extra = {"token_type_ids": feats["token_type_ids"].to(self.model.device)} \
                     if "token_type_ids" in feats else {}
-                out = self.hf(input_ids=ids, attention_mask=mask, output_hidden_states=True, **extra)
-                h = out.hidden_states[self.split]
+                h = self._layers(self.hf.embeddings(input_ids=ids, **extra), mask, self.hf.encoder.layer[:self.split])
                 for i, t in enumerate(chunk):
                     self._cache[t] = h[i, : int(mask[i].sum())].to(torch.float16).cpu()
         self.computed += len(todo)
         self.hf.train(was_training)
 
-    def embed(self, texts: Sequence[str], prefix: str = "") -> torch.Tensor:
-        """Differentiable mean-pooled embeddings (not normalised), equal to the whole model's in eval mode."""
+    def _layers(self, h: torch.Tensor, mask: torch.Tensor, layers) -> torch.Tensor:
+        """``layers`` of the encoder over hidden states ``h`` with padding ``mask``, as the model's forward does."""
         from transformers.masking_utils import create_bidirectional_mask
 
+        att = create_bidirectional_mask(config=self.hf.config, inputs_embeds=h, attention_mask=mask)
+        for layer in layers:
+            out = layer(h, attention_mask=att)
+            h = out[0] if isinstance(out, tuple) else out
+        return h
+
+    def embed(self, texts: Sequence[str], prefix: str = "") -> torch.Tensor:
+        """Differentiable mean-pooled embeddings (not normalised), equal to the whole model's in eval mode."""
         keys = self.model._prep(texts, prefix)
         self._fill(keys)
         rows = [self._cache[k] for k in keys]
@@ -75,10 +82,7 @@ class TopLayerTrainer:
             h[i, : len(r)] = r.float()
             mask[i, : len(r)] = 1
         h, mask = h.to(dev), mask.to(dev)
-        att = create_bidirectional_mask(config=self.hf.config, inputs_embeds=h, attention_mask=mask)
-        for layer in self.hf.encoder.layer[self.split:]:
-            out = layer(h, attention_mask=att)
-            h = out[0] if isinstance(out, tuple) else out
+        h = self._layers(h, mask, self.hf.encoder.layer[self.split:])
         m = mask.unsqueeze(-1).to(h.dtype)
         return (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
 
@@ -89,13 +93,15 @@ class TopLayerTrainer:
             return np.zeros((0, self.model.dim), dtype=np.float32)
         was_training = self.hf.training
         self.hf.eval()
-        out = []
+        order = np.argsort([len(t) for t in texts], kind="stable")  # batches of like lengths pad little
+        out = np.zeros((len(texts), self.model.dim), dtype=np.float32)
         with torch.no_grad():
             for s in range(0, len(texts), batch_size):
-                v = self.embed(texts[s:s + batch_size], prefix)
-                out.append(torch.nn.functional.normalize(v.float(), dim=-1).cpu().numpy())
+                rows = order[s:s + batch_size]
+                v = self.embed([texts[i] for i in rows], prefix)
+                out[rows] = torch.nn.functional.normalize(v.float(), dim=-1).cpu().numpy()
         self.hf.train(was_training)
-        return np.ascontiguousarray(np.concatenate(out), dtype=np.float32)
+        return out
 
     def encode_queries(self, texts: Sequence[str], batch_size: int = 256, progress: bool = False) -> np.ndarray:
         return self.encode(texts, self.query_prefix, batch_size)
