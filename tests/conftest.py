@@ -105,6 +105,17 @@ def url(backend, tmp_path, request):
 
 
 @pytest.fixture
+def deployment_url(tmp_path, request):
+    """A fresh database of the backend a hospital team deploys on (PostgreSQL; SQLite when the run is narrowed to
+    it), for an end-to-end test whose database part the two-backend tests cover: one real fit, not one per backend."""
+    from db import services
+
+    u = fresh_url("postgresql" if "postgresql" in BACKENDS else BACKENDS[0], tmp_path, request)
+    yield u
+    services.dispose(u)
+
+
+@pytest.fixture
 def db_url(url):
     """The fresh database, migrated to the newest schema (Alembic)."""
     from db import services

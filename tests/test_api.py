@@ -59,16 +59,8 @@ def api(db_url, tmp_path, fast_bcrypt):
         coded, rejected = rows[0]["text"], rows[1]["text"]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(TERMNORM_DB_URL=db_url, PYTHONPATH=str(REPO))
-    tokens = {}
-    for user in ("cora", "gone"):
-        r = _cli("api-token", user, env=env)
-        assert r.returncode == 0, r.stderr
-        tokens[user] = r.stdout.strip()
-    assert _cli("api-token", "nobody", env=env).returncode == 2
-    for refused, why in ((("cora", "--days", "0"), "expired when issued"), (("cora", "--days", "-5"), "expired"),
-                         (("import",), "load-data")):  # a dead token; the loader's admin account
-        r = _cli("api-token", *refused, env=env)
-        assert r.returncode == 2 and why in r.stderr and not r.stdout.strip(), (refused, r.stdout, r.stderr)
+    with services.session_scope(db_url) as s:  # what `termnorm api-token` prints (its own test below)
+        tokens = {user: auth.create_api_token(s, user, auth.API_TOKEN_DAYS) for user in ("cora", "gone")}
     with services.session_scope(db_url) as s:
         auth.set_disabled(s, "boss", "gone", True)
     port = browser.free_port()
@@ -85,6 +77,25 @@ def api(db_url, tmp_path, fast_bcrypt):
                    "coded": coded, "rejected": rejected, "batch": bid}
         finally:
             browser.stop(proc)
+
+
+def test_the_api_token_command_prints_a_token_once_and_refuses_what_it_must(db_url, fast_bcrypt):
+    from db import auth, services
+
+    with services.session_scope(db_url) as s:
+        services.ensure_user(s, "cora", role="coder")
+        services.ensure_user(s, "import", role="admin")  # termnorm load-data's account
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(TERMNORM_DB_URL=db_url, PYTHONPATH=str(REPO))
+    r = _cli("api-token", "cora", env=env)
+    assert r.returncode == 0 and not r.stderr.strip(), r.stderr
+    with services.session_scope(db_url) as s:
+        assert auth.session_user(s, r.stdout.strip())["username"] == "cora"
+    for refused, why in ((("nobody",), "create the user on the Users page first"),
+                         (("cora", "--days", "0"), "expired when issued"), (("cora", "--days", "-5"), "expired"),
+                         (("import",), "load-data")):  # a dead token; the loader's admin account
+        r = _cli("api-token", *refused, env=env)
+        assert r.returncode == 2 and why in r.stderr and not r.stdout.strip(), (refused, r.stdout, r.stderr)
 
 
 def test_normalize_answers_as_the_app_serves(api):

@@ -174,12 +174,14 @@ def test_load_data_says_what_it_skips_leaves_no_training_mention_open_and_gives_
 
 
 @needs_data
-def test_load_data_fits_in_the_background_and_the_promoted_model_beats_the_shipped_one(url, tmp_path, capsys):
+def test_load_data_fits_in_the_background_and_the_promoted_model_beats_the_shipped_one(deployment_url, tmp_path,
+                                                                                      capsys):
     """The real path: ``termnorm load-data`` (NCBI disease / MEDIC: English, so the shipped model is the lexical
     pipeline without a cold-start ranker) -> the first fit as the app's background job (a real subprocess) ->
     gated against the shipped model on the held-out split -> promoted, serving, with confidence words."""
     from termnorm.cli import main
 
+    url = deployment_url
     folder = tmp_path / "data"
     folder.mkdir()
     (folder / "ncbi-disease").symlink_to(DATA / "ncbi-disease")  # the shared files, read in place
