@@ -163,7 +163,7 @@ def train_biencoder(model: BiEncoder, vocab: Vocabulary, train: Sequence[Labelle
     metrics: dict = {"objective": c.objective, "data": c.data, "epochs": [], "batch_size": c.batch_size, "lr": c.lr,
                      "freeze_embeddings": bool(freeze), "n_queries": len(queries.texts),
                      "count_head": "joint" if joint_count else ("separate" if c.count_head else None),
-                    "train_top": c.train_top}
+                     "train_top": c.train_top}
     steps_total_est = None
     scheduler = None
     step = 0
