@@ -37,9 +37,6 @@ class TopLayerTrainer:
         self._cache: dict[str, torch.Tensor] = {}  # prefixed text -> [tokens, dim] output of the lower layers
         self.computed = 0  # texts whose lower layers were run (a cache miss each)
 
-    def __len__(self) -> int:
-        return len(self._cache)
-
     def _fill(self, texts: list[str]) -> None:
         """Run the lower layers once for the texts not cached yet (eval mode, no gradient)."""
         todo = list(dict.fromkeys(t for t in texts if t not in self._cache))
@@ -75,13 +72,9 @@ class TopLayerTrainer:
         keys = self.model._prep(texts, prefix)
         self._fill(keys)
         rows = [self._cache[k] for k in keys]
-        width, dev = max(len(r) for r in rows), self.model.device
-        h = torch.zeros(len(rows), width, rows[0].shape[-1], dtype=torch.float32)
-        mask = torch.zeros(len(rows), width, dtype=torch.long)
-        for i, r in enumerate(rows):
-            h[i, : len(r)] = r.float()
-            mask[i, : len(r)] = 1
-        h, mask = h.to(dev), mask.to(dev)
+        dev = self.model.device
+        h = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True).float().to(dev)
+        mask = (torch.arange(h.shape[1]) < torch.tensor([len(r) for r in rows])[:, None]).long().to(dev)
         h = self._layers(h, mask, self.hf.encoder.layer[self.split:])
         m = mask.unsqueeze(-1).to(h.dtype)
         return (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
