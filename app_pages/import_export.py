@@ -220,10 +220,15 @@ def on_prepare(batch_id: int, fmt: str) -> None:
                                         "at": datetime.now().strftime("%H:%M:%S")}
 
 
+def written(report: dict) -> int:
+    """Decisions the prepared file holds: rows, or a ConceptMap's elements."""
+    return report.get("rows", report.get("elements", 0))
+
+
 def show_report(report: dict) -> None:
     only = " approved" if report.get("approved_only") else ""
     fmt = report["format"]
-    if only and not report.get("rows", report.get("elements")):
+    if only and not written(report):
         st.warning("No approved decision in this batch yet: a lead approves decisions on the Review page.")
     if fmt == "omop":
         c = st.columns(4)
@@ -292,7 +297,7 @@ if batch_list:
     if ready is not None and ready["options"] == export_options(export_id, fmt):
         out = ready["export"]
         show_report(out.report)
-        if out.report.get("rows", out.report.get("elements", 1)):
+        if written(out.report):
             st.download_button(f"Download {_ui.md(out.file_name)}", data=out.data, file_name=out.file_name,
                                mime=out.mime, key="export_download", type="primary", on_click="ignore",
                                help=f"Prepared at {ready['at']}: prepare again to include later decisions.")
