@@ -222,12 +222,11 @@ def decisions(user: Coder, batch_id: int | None = None, mention: str | None = No
     with services.session_scope() as s:
         if batch_id is not None and batch_id not in {b["id"] for b in services.batches(s)}:
             raise HTTPException(404, f"no batch {batch_id}")
-        df = services.decisions_frame(s, batch_id)
-    if mention is not None:
-        df = df[df["mention"] == mention]
-    rows = exports.jsonable_records(df.iloc[offset:offset + limit])
-    more = offset + limit < len(df)
-    return {"total": len(df), "offset": offset, "count": len(rows), "next_offset": offset + limit if more else None,
+        total = services.decisions_count(s, batch_id, mention=mention)
+        rows = exports.jsonable_records(services.decisions_frame(s, batch_id, mention=mention, offset=offset,
+                                                                 limit=limit))
+    more = offset + limit < total
+    return {"total": total, "offset": offset, "count": len(rows), "next_offset": offset + limit if more else None,
             "decisions": rows}
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import pandas as pd
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, aliased
 
 from db.models import (
@@ -38,8 +38,27 @@ def code_system(name: str, system_uri: str = "") -> str:
     return system_uri or f"urn:termnorm:vocabulary:{quote(name, safe='')}"
 
 
-def decisions_frame(s: Session, batch_id: int | None = None, history: bool = False) -> pd.DataFrame:
-    """One row per mention's latest decision (``history=True``: every decision), in batch / file order.
+def _decisions_where(q, batch_id: int | None, history: bool, mention: str | None):
+    """``q`` narrowed to a batch, to latest decisions unless ``history``, and to a mention's text."""
+    if batch_id is not None:
+        q = q.where(Mention.batch_id == batch_id)
+    if not history:
+        q = q.where(Decision.is_latest)
+    if mention is not None:
+        q = q.where(Mention.text == mention)
+    return q
+
+
+def decisions_count(s: Session, batch_id: int | None = None, history: bool = False, mention: str | None = None) -> int:
+    """How many rows :func:`decisions_frame` gives with the same filters, counted in the database."""
+    q = select(func.count(Decision.id)).join(Mention, Mention.id == Decision.mention_id)
+    return int(s.execute(_decisions_where(q, batch_id, history, mention)).scalar_one())
+
+
+def decisions_frame(s: Session, batch_id: int | None = None, history: bool = False, mention: str | None = None,
+                    offset: int = 0, limit: int | None = None) -> pd.DataFrame:
+    """One row per mention's latest decision (``history=True``: every decision), in batch / file order;
+    ``mention`` keeps that text's rows, ``offset`` / ``limit`` a page of them (read from the database alone).
 
     ``terms``, ``codes`` (the code exported for each term: the one the coder
     picked, else the term's most specific), ``term_ids``, ``suggested`` and
@@ -57,11 +76,8 @@ def decisions_frame(s: Session, batch_id: int | None = None, history: bool = Fal
          .outerjoin(reviewer, reviewer.id == Decision.reviewed_by_id)
          .outerjoin(SuggestionRow, SuggestionRow.id == Decision.suggestion_id)
          .order_by(Batch.id, Mention.position, Decision.id))
-    if batch_id is not None:
-        q = q.where(Mention.batch_id == batch_id)
-    if not history:
-        q = q.where(Decision.is_latest)
-    rows = s.execute(q).all()
+    q = _decisions_where(q, batch_id, history, mention).offset(offset)
+    rows = s.execute(q.limit(limit) if limit is not None else q).all()
     labels = {(v, n): lab or "" for v, n, lab in s.execute(
         select(VocabularyEdition.vocabulary_id, VocabularyEdition.number, VocabularyEdition.label))}
     data = []

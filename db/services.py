@@ -73,7 +73,7 @@ from db.decisions import (
     training_pairs_frame,
 )
 from db.models import utcnow
-from db.reporting import DECISION_COLUMNS, code_system, decisions_frame, export_decisions
+from db.reporting import DECISION_COLUMNS, code_system, decisions_count, decisions_frame, export_decisions
 from db.store import (
     ALEMBIC_INI,
     DB_DIR,
@@ -122,7 +122,7 @@ __all__ = [
     # db.auto_coding
     "auto_code",
     # db.reporting
-    "DECISION_COLUMNS", "code_system", "decisions_frame", "export_decisions",
+    "DECISION_COLUMNS", "code_system", "decisions_count", "decisions_frame", "export_decisions",
     # db.models
     "utcnow",
 ]

@@ -9,6 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from sqlalchemy import create_engine, func, inspect, select, text, update
 
@@ -314,6 +315,25 @@ def test_repeated_decision_latest_wins_and_history_is_kept(setup):
                 for d in [S.last_saved(s, setup["bid"], u)]} == {"alice": (1, "accept", [FAMILY[0]]),
                                                                   "bob": (1, "correct", [FAMILY[2]])}
         assert S.coded_mentions(s, setup["vid"]) == [LabelledMention(MENTIONS[0], [FAMILY[2]], None)]
+
+
+def test_a_page_of_decisions_is_read_from_the_database_as_the_whole_frame_would_cut_it(setup):
+    with S.session_scope(setup["url"]) as s:
+        for mid in setup["ids"]:
+            S.record_decision(s, mid, "alice", "accept")
+        S.record_decision(s, setup["ids"][1], "bob", "reject")
+        for history in (False, True):
+            whole = S.decisions_frame(s, setup["bid"], history=history)
+            assert S.decisions_count(s, setup["bid"], history=history) == len(whole) == len(MENTIONS) + history
+            pages = [S.decisions_frame(s, setup["bid"], history=history, offset=o, limit=2)
+                     for o in range(0, len(whole), 2)]
+            assert [len(p) for p in pages] == [min(2, len(whole) - o) for o in range(0, len(whole), 2)]
+            assert pd.concat(pages)["decision_id"].tolist() == whole["decision_id"].tolist()
+        one = S.decisions_frame(s, setup["bid"], history=True, mention=MENTIONS[1])
+        assert one["action"].tolist() == ["accept", "reject"] and set(one["mention"]) == {MENTIONS[1]}
+        assert S.decisions_count(s, setup["bid"], history=True, mention=MENTIONS[1]) == 2
+        assert S.decisions_count(s, None, mention="no such mention") == 0
+        assert S.decisions_frame(s, None, mention="no such mention").empty
 
 
 def test_decision_is_atomic(setup, monkeypatch):
