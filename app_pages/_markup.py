@@ -269,7 +269,7 @@ def md(text) -> str:
     st.toast: a lead's note ``[click](http://evil.example)`` must stay text, not become a live link.
 
     >>> print(md("see [x](http://e.x) *now*"))
-    see \[x\]\(http://e\.x\) \*now\*
+    see \[x\]\(http\://e\.x\) \*now\*
     """
     return _MARKDOWN.sub(r"\\\1", " ".join(str(text).splitlines()))
 
