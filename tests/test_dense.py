@@ -562,3 +562,36 @@ def test_training_only_the_top_layer_runs_the_lower_ones_once_per_text_and_saves
     again = BiEncoder.load(tmp_path / "model", device="cpu")
     assert np.allclose(again.encode_queries(probe), enc.encode_queries(probe), atol=1e-5)
     assert not np.allclose(fresh(tiny_dir).encode_queries(probe), enc.encode_queries(probe), atol=1e-3)
+
+
+def test_the_dense_recall_benchmark_gives_the_trainings_own_figure_from_the_saved_index(tiny_dir, tmp_path, capsys):
+    """benchmarks/dense_recall.py: a model trained without --val is measured afterwards; with --val given to the
+    training too, both figures come from the same vectors and agree."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dense_recall", DEMO.parents[1] / "benchmarks" / "dense_recall.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    with open(DEMO / "mentions.csv", encoding="utf-8") as f:
+        rows = [r for r in csv.DictReader(f) if r["vocabulary"] == "procedures"][:40]
+    val = tmp_path / "val.csv"
+    with open(val, "w", encoding="utf-8", newline="") as f:
+        w = csv.DictWriter(f, ["mention", "terms"])
+        w.writeheader()
+        w.writerows({"mention": r["mention"], "terms": r["terms"]} for r in rows)
+    vocab = str(DEMO / "procedures.csv")
+    out = tmp_path / "run"
+    assert main(["--vocab", vocab, "--train", str(val), "--val", str(val), "--encoder", str(tiny_dir), "--data",
+                 "vocab", "--epochs", "1", "--batch-size", "8", "--lr", "5e-3", "--no-count-head", "--train-top", "1",
+                 "--max-steps", "6", "--no-progress", "--device", "cpu", "--out", str(out)]) == 0
+    trained = json.loads((out / "config.json").read_text(encoding="utf-8"))["metrics"]["final"]
+    got = bench.main(["--model", str(out / "model"), "--vocab", vocab, "--mentions", str(val), "--ks", "1,10",
+                      "--device", "cpu", "--out", str(tmp_path / "recall.json")])
+    assert got["forms_from_saved_index"] and got["n"] == len(rows) == trained["n"]
+    assert (got["recall@1"], got["recall@10"]) == (trained["recall@1"], trained["recall@10"])
+    assert json.loads((tmp_path / "recall.json").read_text(encoding="utf-8"))["recall@10"] == got["recall@10"]
+    assert "recall@1=" in capsys.readouterr().out
+    shutil.rmtree(out / "index")  # no index beside the model: the forms are encoded, to the same figures
+    again = bench.main(["--model", str(out / "model"), "--vocab", vocab, "--mentions", str(val), "--ks", "1,10",
+                        "--device", "cpu"])
+    assert not again["forms_from_saved_index"] and again["recall@10"] == pytest.approx(got["recall@10"], abs=0.03)
