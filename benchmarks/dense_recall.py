@@ -46,7 +46,7 @@ def main(argv=None) -> dict:
     result = {"command": "python3 benchmarks/dense_recall.py " + " ".join(sys.argv[1:] if argv is None else argv),
               "model": args.model, "forms": len(texts), "forms_from_saved_index": form_vecs is not None,
               **evaluate_recall(encoder, vocab, mentions, ks, form_vecs=form_vecs)}
-    result["seconds"] = round(time.perf_counter() - t0, 1)  # printed as a figure like the recalls
+    result["seconds"] = round(time.perf_counter() - t0, 1)
     print(" ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in result.items()
                    if k != "command"))
     if args.out:
