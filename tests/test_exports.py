@@ -385,7 +385,7 @@ def test_an_export_with_no_decision_to_write_offers_no_file(app_db):
     bid = at.session_state["batch_id"]
     with S.session_scope(app_db) as s:
         m = S.mentions(s, bid)[0]
-        S.record_decision(s, m["id"], "coder", "accept", ["阑尾切除术"])  # decided, not approved
+        did = S.record_decision(s, m["id"], "coder", "accept", ["阑尾切除术"])  # decided, not approved
     at.switch_page("app_pages/import_export.py")
     run(at)
     at.selectbox(key="export_format").set_value("OMOP SOURCE_TO_CONCEPT_MAP")
@@ -396,12 +396,22 @@ def test_an_export_with_no_decision_to_write_offers_no_file(app_db):
     assert not at.get("download_button")
     assert any("No approved decision" in w.value for w in at.warning)
     assert any("Nothing to download" in c.value for c in at.caption)
+    assert not any("CONCEPT.csv" in i.value for i in at.info)  # no row: no word on the concepts of none
     at.selectbox(key="export_format").set_value("CSV")  # the unapproved decision is there to export
     run(at)
     at.button(key="export_prepare").click()
     run(at)
     assert at.session_state["export_ready"]["export"].report["rows"] == 1
     assert len(at.get("download_button")) == 1 and not any("Nothing to download" in c.value for c in at.caption)
+    with S.session_scope(app_db) as s:  # approved: the OMOP file has its row, and says it has no concept for it
+        S.ensure_user(s, "lead", role="lead")
+        review.approve(s, [did], "lead")
+    at.selectbox(key="export_format").set_value("OMOP SOURCE_TO_CONCEPT_MAP")
+    run(at)
+    at.button(key="export_prepare").click()
+    run(at)
+    assert at.session_state["export_ready"]["export"].report["rows"] == 1
+    assert any("No CONCEPT.csv given" in i.value for i in at.info) and len(at.get("download_button")) == 1
 
 
 def test_a_mention_marked_not_related_to_its_terms_is_no_mapping_and_teaches_them_as_wrong(db):
