@@ -239,7 +239,7 @@ def show_report(report: dict) -> None:
         if report.get("not_related"):
             st.caption(f"{report['not_related']} mention(s) the coder marked not related to their terms: written with "
                        "target_concept_id 0 (no mapping), as rejections are.")
-        if not report["concepts_given"] and report["rows"]:  # with no row, the warning above says it all
+        if not report["concepts_given"] and written(report):  # with no row, the warning above says it all
             st.info("No CONCEPT.csv given: every target_concept_id is 0 (no matching concept).")
         elif report["no_concept"]:
             st.warning(f"{len(report['no_concept'])} code(s) have no concept of {report['target_vocabulary_id']} "

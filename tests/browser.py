@@ -67,8 +67,11 @@ def chromium_page(width: int, height: int, timeout_ms: int = TIMEOUT_MS):
 
 
 def settle(pg) -> None:
-    """Until Streamlit has finished the run: no running-status widget, no element marked stale."""
-    idle = ("!document.querySelector('[data-testid=\"stStatusWidget\"]') && "
+    """Until Streamlit has finished the run: the app says its script is not running, and not "initial" (a page just
+    loaded or reloaded, nothing drawn yet), no running-status widget, no element marked stale."""
+    idle = ("['notRunning', 'compilationError'].includes(document.querySelector('[data-testid=\"stApp\"]')"
+            "?.getAttribute('data-test-script-state')) && "
+            "!document.querySelector('[data-testid=\"stStatusWidget\"]') && "
             "!document.querySelector('[data-stale=\"true\"]')")
     for _ in range(20):  # idle twice, 0.5 s apart: a run requested by the last key press has begun by then
         pg.wait_for_function(idle)

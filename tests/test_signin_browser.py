@@ -61,9 +61,6 @@ server_metadata_url = "{idp}/.well-known/openid-configuration"
 
 def signed_in_as(pg) -> str | None:
     """The user name in the sidebar, or None when the sign-in form is shown."""
-    # a reloaded page is idle before its first run has drawn anything: wait for the form or the "name · role" line
-    pg.wait_for_function("document.body.innerText.includes('Sign in to code mentions') || "
-                         "(document.querySelector('[data-testid=stSidebar]')?.innerText || '').includes('·')")
     settle(pg)
     if pg.locator("text=Sign in to code mentions").count():
         return None
