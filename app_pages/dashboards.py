@@ -18,7 +18,7 @@ import streamlit as st
 
 from db import dashboard_data, gold, services, suggest_jobs
 from app_pages import _jobs, _ui
-from termnorm.jobs import JobBusy, JobRunner
+from termnorm.jobs import FINAL, JobBusy, JobRunner
 from termnorm import coding_metrics as dash
 
 CHART_HEIGHT = 340
@@ -166,9 +166,13 @@ with c[0]:
               "by generalising). Turn off \"Leave out mentions already taught\" to see them." if all_taught else
               "No gold mention with a stored suggestion yet: build gold on the Gold tasks page, then score the "
               "engine on it.")
+    scoring = JobRunner().latest(lock=suggest_jobs.lock(vocabulary_id))
+    busy = scoring is not None and scoring["state"] not in FINAL  # a second press would only be refused
     if unscored:
         st.button(f"Score the current engine ({current_version}) on {len(unscored)} gold mentions",
-                  on_click=score_on_gold, key="dash_score", icon=":material/play_arrow:")
+                  on_click=score_on_gold, key="dash_score", icon=":material/play_arrow:", disabled=busy,
+                  help="A suggestion job of this vocabulary is running (below): score when it has ended."
+                  if busy else None)
     _jobs.panel(JobRunner(), "dash_score_job", lock=suggest_jobs.lock(vocabulary_id))
 with c[1]:
     if accuracy is not None and len(accuracy.table):

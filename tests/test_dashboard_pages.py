@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from helpers import demo_team, rerun as run
+from job_targets import SLEEP, workers_import_tests
 from streamlit.testing.v1 import AppTest
 
 from db import auth, dashboard_data, gold, services, suggest_jobs
@@ -381,7 +382,7 @@ def test_admin_page_creates_users_and_changes_roles(world):
 
 
 # ------------------------------------------------------------------ a new lead, end to end
-def test_end_to_end_gold_task_of_30_demo_mentions(world):
+def test_end_to_end_gold_task_of_30_demo_mentions(world, monkeypatch):
     """A lead builds gold on 30 demo mentions, two annotators answer, the lead adjudicates, the dashboard
     shows the annotators' κ and the engine's accuracy on the new gold set."""
     url = world["url"]
@@ -438,8 +439,18 @@ def test_end_to_end_gold_task_of_30_demo_mentions(world):
     with services.session_scope(url) as s:
         assert len(dashboard_data.unscored_gold(s, version, world["vocabulary_id"])) == 30
     assert metric(at, "Gold accuracy") == "—"
-    press(at, button(at, f"Score the current engine ({version}) on 30 gold mentions"))
+    score = f"Score the current engine ({version}) on 30 gold mentions"
+    assert not button(at, score).disabled
+    # while another suggestion job of the vocabulary runs, the button waits for it (a press would be refused)
+    workers_import_tests(monkeypatch)
     runner = JobRunner()
+    other = runner.start(SLEEP, {"seconds": 120, "steps": 240}, lock=suggest_jobs.lock(world["vocabulary_id"]))
+    at = page_as("lead1", "dashboards.py", vocabulary_id=world["vocabulary_id"])
+    assert button(at, score).disabled and "is running" in button(at, score).help
+    runner.cancel(other)
+    assert runner.wait(other, timeout=60)["state"] == "cancelled"
+    at = page_as("lead1", "dashboards.py", vocabulary_id=world["vocabulary_id"])
+    press(at, button(at, score))
     job = runner.latest(lock=suggest_jobs.lock(world["vocabulary_id"]))  # scoring runs in the background
     assert job is not None and runner.wait(job["id"], timeout=300)["state"] == "done"
     at = page_as("lead1", "dashboards.py", vocabulary_id=world["vocabulary_id"])
