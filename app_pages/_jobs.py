@@ -52,11 +52,12 @@ def draw(runner: JobRunner, job: dict, key: str, can_cancel: bool = True, result
                 text=" · ".join([f"**{job.get('title', '')}**", state]
                                 + [job["message"]] * bool(job.get("message") and job["message"] != state)))
     if m.get("total") is not None:
-        c = st.columns(4)
-        c[0].metric("Done", f"{m.get('done', 0):,} / {m['total']:,}")
-        c[1].metric("Rate", f"{m['rate']:,.0f} /s" if m.get("rate") else "–")
-        c[2].metric("Time left", eta_text(m.get("eta_s")) if state not in FINAL else "–")
-        c[3].metric("Running for" if state not in FINAL else "Took", eta_text(elapsed(job)))
+        # a row that wraps where the figures would not fit: four columns cut them short in a half-page panel
+        row = st.container(horizontal=True, wrap=True, gap="small")
+        row.metric("Done", f"{m.get('done', 0):,} / {m['total']:,}", width="stretch")
+        row.metric("Rate", f"{m['rate']:,.0f} /s" if m.get("rate") else "–", width="stretch")
+        row.metric("Time left", eta_text(m.get("eta_s")) if state not in FINAL else "–", width="stretch")
+        row.metric("Running for" if state not in FINAL else "Took", eta_text(elapsed(job)), width="stretch")
     if state not in FINAL:
         if can_cancel:
             st.button("Cancel", key=f"{key}_cancel", on_click=runner.cancel, args=(job["id"],),

@@ -82,7 +82,7 @@ with c[1].container(border=True):
     rc = st.columns([2, 1], vertical_alignment="bottom")
     rc[0].selectbox("Role", ROLES, index=ROLES.index(person["role"]), key="au_new_role")
     rc[1].button("Set role", on_click=on_role, width="stretch", key="au_set_role")
-    pc = st.columns([2, 1], vertical_alignment="bottom")
+    pc = st.columns(2, vertical_alignment="bottom")  # the button's label whole in a half-page box at 1,100 px
     pc[0].text_input("New password", type="password", key="au_reset")
     pc[1].button("Reset password", on_click=on_password, width="stretch", key="au_set_pw")
     if person["disabled"]:

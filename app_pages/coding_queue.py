@@ -346,25 +346,26 @@ for term in in_box:
 
 rel = st.session_state.get(rel_key)
 default_rel = services.default_relationship(in_box)
-rc = st.columns([1.2] + [1] * len(RELATIONSHIP_KEYS), vertical_alignment="center")
-rc[0].markdown('<div class="tn-keys" title="FHIR concept-map-relationship: equivalent, source-is-narrower-than-'
-               'target, source-is-broader-than-target, related-to, not-related-to">Relationship of the mention to '
-               'its term(s) <span class="tn-miss">(· = the default)</span></div>', unsafe_allow_html=True)
-for col, (key_, code, label) in zip(rc[1:], RELATIONSHIP_KEYS):
+# rows that wrap where the labels would not fit: fixed columns cut them short on a laptop window ("1 equ…")
+rc = st.container(horizontal=True, wrap=True, vertical_alignment="center", gap="small")
+rc.markdown('<div class="tn-keys" title="FHIR concept-map-relationship: equivalent, source-is-narrower-than-'
+            'target, source-is-broader-than-target, related-to, not-related-to">Relationship of the mention to '
+            'its term(s) <span class="tn-miss">(· = the default)</span></div>', unsafe_allow_html=True, width=190)
+for key_, code, label in RELATIONSHIP_KEYS:
     on = (rel or default_rel) == code
-    col.button(f"{label}" + (" ·" if on and not rel else ""), shortcut=key_, key=f"rel_{code}_{mid}",
-               on_click=on_relationship, args=(mid, code), type="primary" if on else "secondary", width="stretch")
+    rc.button(f"{label}" + (" ·" if on and not rel else ""), shortcut=key_, key=f"rel_{code}_{mid}",
+              on_click=on_relationship, args=(mid, code), type="primary" if on else "secondary", width="stretch")
 
-cols = st.columns([1.3, 1.3, 1.2, 1, 1.6])
-cols[0].button("Save terms", type="primary", shortcut="S", on_click=on_save, args=(mid, box_version),
-               key=f"save_{mid}", width="stretch")
-cols[1].button("Accept suggestion", shortcut="A", on_click=on_accept, args=(mid,), key=f"accept_{mid}",
-               width="stretch", disabled=not sug.chosen)
-cols[2].button("Reject: none fits", shortcut="X", on_click=_decide, args=(mid, "reject"), key=f"reject_{mid}",
-               width="stretch")
-cols[3].button("Skip", shortcut="K", on_click=_decide, args=(mid, "skip"), key=f"skip_{mid}", width="stretch")
-cols[4].button("Clear the box", on_click=on_clear, args=(mid,), key=f"clear_{mid}", width="stretch",
-               type="tertiary")
+acts = st.container(horizontal=True, wrap=True, vertical_alignment="center", gap="small")
+acts.button("Save terms", type="primary", shortcut="S", on_click=on_save, args=(mid, box_version),
+             key=f"save_{mid}", width="stretch")
+acts.button("Accept suggestion", shortcut="A", on_click=on_accept, args=(mid,), key=f"accept_{mid}",
+             width="stretch", disabled=not sug.chosen)
+acts.button("Reject: none fits", shortcut="X", on_click=_decide, args=(mid, "reject"), key=f"reject_{mid}",
+             width="stretch")
+acts.button("Skip", shortcut="K", on_click=_decide, args=(mid, "skip"), key=f"skip_{mid}", width="stretch")
+acts.button("Clear the box", on_click=on_clear, args=(mid,), key=f"clear_{mid}", width="stretch",
+             type="tertiary")
 
 st.markdown('<div class="tn-keys">Keys: ' + " · ".join(f"<kbd>{k}</kbd> {what}" for k, what in SHORTCUTS)
             + "</div>", unsafe_allow_html=True)

@@ -63,15 +63,15 @@ def empty(message: str) -> None:
 
 # ---------------------------------------------------------------- filters
 st.markdown("### Dashboards")
-f = st.columns([2.2, 1.6, 1.6], vertical_alignment="bottom")
+f = st.container(horizontal=True, wrap=True, vertical_alignment="bottom", gap="medium")  # wraps, never cuts
 batch_labels = _ui.distinct({None: "All batches"} | {b["id"]: b["name"] for b in batch_list})
-batch_id = f[0].selectbox("Batch", list(batch_labels), format_func=batch_labels.get, key="dash_batch")
-file_gold = f[1].toggle("Also gold from imported files", key="dash_file_gold",
-                        help="mentions imported with their gold terms (e.g. a CHIP-CDN dev file) count as gold "
-                             "where no gold task labelled them")
-fresh_only = f[2].toggle("Leave out mentions already taught", value=True, key="dash_fresh",
-                         help="a suggestion made after coders had coded the same mention text comes from the "
-                              "engine's memory (history recall), not from generalisation")
+batch_id = f.selectbox("Batch", list(batch_labels), format_func=batch_labels.get, key="dash_batch", width=360)
+file_gold = f.toggle("Also gold from imported files", key="dash_file_gold",
+                     help="mentions imported with their gold terms (e.g. a CHIP-CDN dev file) count as gold "
+                          "where no gold task labelled them")
+fresh_only = f.toggle("Leave out mentions already taught", value=True, key="dash_fresh",
+                      help="a suggestion made after coders had coded the same mention text comes from the "
+                           "engine's memory (history recall), not from generalisation")
 
 with _ui.session() as s:
     data = dashboard_data.load_dashboard(s, ctx.username, vocabulary_id, batch_id, include_file_gold=file_gold,
@@ -90,28 +90,32 @@ accuracy = dash.model_accuracy(gold_frame, ranked_col="ranked", count_col="predi
     else None
 
 # ---------------------------------------------------------------- headline numbers
-QUIET = {"delta_color": "off", "delta_arrow": "off", "border": True}  # deltas here are context, not changes
+# deltas here are context, not changes; each card as wide as its figures, the row wrapping where they do not fit
+QUIET = {"delta_color": "off", "delta_arrow": "off", "border": True, "width": "stretch"}
 n = acc.summary["n"]
-k = st.columns(6)
-k[0].metric("Decisions", n, delta="on suggestions", help="accept / correct / reject decisions that answered a "
-            "stored suggestion (latest decision per mention)", **QUIET)
-k[1].metric("Top-1 accepted", pct(acc.summary["top1"]), delta=f"{round(acc.summary['top1'] * n) if n else 0} "
-            f"of {n}", help=acc.how, **QUIET)
-k[2].metric(f"Within top-{acc.summary['k']}", pct(acc.summary["topk"]),
-            delta=f"{round(acc.summary['topk'] * n) if n else 0} of {n}", help=acc.how, **QUIET)
-k[3].metric("Rejected all", pct(acc.summary["rejected_all"]),
-            delta=f"{round(acc.summary['rejected_all'] * n) if n else 0} of {n}", help=acc.how, **QUIET)
+# six fixed columns cut the figures short on a laptop screen ("8…" at 1,100 px)
+row = st.container(horizontal=True, wrap=True, gap="small")
+row.metric("Decisions", n, delta="on suggestions", help="accept / correct / reject decisions that answered a "
+           "stored suggestion (latest decision per mention)", **QUIET)
+row.metric("Top-1 accepted", pct(acc.summary["top1"]), delta=f"{round(acc.summary['top1'] * n) if n else 0} "
+           f"of {n}", help=acc.how, **QUIET)
+row.metric(f"Within top-{acc.summary['k']}", pct(acc.summary["topk"]),
+           delta=f"{round(acc.summary['topk'] * n) if n else 0} of {n}", help=acc.how, **QUIET)
+row.metric("Rejected all", pct(acc.summary["rejected_all"]),
+           delta=f"{round(acc.summary['rejected_all'] * n) if n else 0} of {n}", help=acc.how, **QUIET)
 version_rows = accuracy.table.set_index("model_version") if accuracy is not None else None
 shown_version = current_version if version_rows is not None and current_version in version_rows.index else (
     accuracy.summary["best"] if accuracy is not None else None)
-k[4].metric("Gold accuracy", pct(version_rows.loc[shown_version, "accuracy"]) if shown_version else "—",
-            delta=(f"{shown_version} · n={int(version_rows.loc[shown_version, 'n'])}" if shown_version
-                   else NO_GOLD),
-            help=(accuracy.how if accuracy is not None else "no gold mention with a suggestion yet"), **QUIET)
+row.metric("Gold accuracy", pct(version_rows.loc[shown_version, "accuracy"]) if shown_version else "—",
+           # the version's name (often 30 characters) is in the tooltip and the chart below: in the card it
+           # was cut short, and the count with it
+           delta=f"n={int(version_rows.loc[shown_version, 'n'])}" if shown_version else NO_GOLD,
+           help=((f"Model version **{shown_version}**. " if shown_version else "")
+                 + (accuracy.how if accuracy is not None else "no gold mention with a suggestion yet")), **QUIET)
 latest_task = next((t for t in reversed(tasks) if not math.isnan(agreements[t["id"]]["mean_pair_kappa"])), None)
-k[5].metric("Annotator κ", num(agreements[latest_task["id"]]["mean_pair_kappa"]) if latest_task else "—",
-            delta=latest_task["name"] if latest_task else "no gold task",
-            help=(agreements[latest_task["id"]]["how"].get("kappa") if latest_task else None), **QUIET)
+row.metric("Annotator κ", num(agreements[latest_task["id"]]["mean_pair_kappa"]) if latest_task else "—",
+           delta=latest_task["name"] if latest_task else "no gold task",
+           help=(agreements[latest_task["id"]]["how"].get("kappa") if latest_task else None), **QUIET)
 
 # ---------------------------------------------------------------- acceptance
 head = st.columns([5, 1], vertical_alignment="bottom")

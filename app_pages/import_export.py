@@ -273,7 +273,7 @@ st.subheader("Export decisions")
 if batch_list:
     names = {b["id"]: f'{b["name"]} · #{b["id"]} ({b["n_mentions"]:,} mentions)' for b in batch_list}  # fixed labels
     ids = list(names)
-    c = st.columns([3, 2, 2], vertical_alignment="bottom")
+    c = st.columns([3, 2, 2.4], vertical_alignment="bottom")
     # keyed by the sidebar batch, so the choice follows it when it changes
     export_id = c[0].selectbox("Batch", ids, format_func=names.get, key=f"export_batch_{ctx.batch_id}",
                                index=ids.index(ctx.batch_id) if ctx.batch_id in ids else 0)

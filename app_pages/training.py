@@ -109,12 +109,11 @@ st.markdown("#### New training signal since the current model")
 with _ui.session() as s:
     new = retrain.new_pairs_since_current(s, ctx.vocabulary_id, registry)
     new["labelled"] = retrain.new_labelled_since_current(s, ctx.vocabulary_id, registry)
-cols = st.columns(6)
-for col, (label, key) in zip(cols, [("accepted", "accepted"), ("corrected", "corrected"),
-                                     ("rejected candidates", "rejected_candidate"), ("new synonyms", "synonym"),
-                                     ("all pairs", "total"), ("labelled mentions", "labelled")]):
-    col.metric(label, new.get(key, 0), help="imported with their gold terms, on the training side; no decision "
-               "made them, so they are not pairs" if key == "labelled" else None)
+counts = st.container(horizontal=True, wrap=True, gap="small")  # wraps, rather than cut labels short (1,100 px)
+for label, key in [("accepted", "accepted"), ("corrected", "corrected"), ("rejected candidates", "rejected_candidate"),
+                   ("new synonyms", "synonym"), ("all pairs", "total"), ("labelled mentions", "labelled")]:
+    counts.metric(label, new.get(key, 0), width="stretch", help="imported with their gold terms, on the training "
+                  "side; no decision made them, so they are not pairs" if key == "labelled" else None)
 
 # ---------------------------------------------------------------- retraining job
 fitted = [v for v in registry.versions() if not v.get("shipped")]

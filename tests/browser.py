@@ -80,6 +80,14 @@ def settle(pg) -> None:
             return
 
 
+def cut_short(pg, selector: str) -> list[str]:
+    """The text of every element under ``selector`` that its box cuts short (a CSS ellipsis: wider inside than
+    shown), e.g. a button's label or a metric card's figure in a column too narrow for it."""
+    return pg.evaluate("s => [...document.querySelectorAll(s)].flatMap(r => [r, ...r.querySelectorAll('*')])"
+                       ".filter(e => e.scrollWidth > e.clientWidth + 1 && e.innerText.trim())"
+                       ".map(e => e.innerText.trim())", selector)
+
+
 def wait_unchanged(pg, js: str, every_ms: int = 500, timeout_ms: int | None = None) -> None:
     """Until the value of the expression ``js`` is the same at two polls ``every_ms`` apart (e.g. the markup
     of charts whose entry transitions are running)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from browser import chromium_page, screenshot, settle, streamlit_app
+from browser import chromium_page, cut_short, screenshot, settle, streamlit_app
 
 from termnorm.records import LabelledMention
 
@@ -77,6 +77,12 @@ def test_coding_page_in_browser(server, page, tmp_path):
     assert page.locator("table.tn-cands tr").count() > 2
     labels = page.locator("button").evaluate_all("bs => bs.map(b => b.innerText)")
     assert any("Save terms" in b for b in labels) and any("Accept suggestion" in b for b in labels)
+    # every action's label whole, here and in a laptop's narrower window (fixed columns cut them: "1 equ…")
+    for width in (1400, 1100):
+        page.set_viewport_size({"width": width, "height": 1300})
+        settle(page)
+        assert cut_short(page, '[data-testid="stMain"] button') == [], width
+    page.set_viewport_size({"width": 1400, "height": 1300})
 
     png = screenshot(page, tmp_path, "coding_page.png")
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000  # a drawn page, not a blank one

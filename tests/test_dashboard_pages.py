@@ -313,7 +313,7 @@ def test_dashboard_shows_hand_computed_acceptance_and_accuracy(world):
     assert metric(at, "Within top-5") == "50.0%"
     assert _ui.SHOWN >= 6 and metric(at, "Rejected all") == "25.0%"
     assert metric(at, "Gold accuracy") == "100.0%"  # fresh mentions only (the default)
-    assert delta(at, "Gold accuracy") == "v2 · n=3"
+    assert delta(at, "Gold accuracy") == "n=3"
     assert metric(at, "Annotator κ") == "1.000" and delta(at, "Annotator κ") == "thyroid gold"  # full agreement
     assert all(m.help for m in at.metric)
     acc_table = next(d.value for d in at.dataframe if "accuracy" in d.value.columns)
@@ -321,7 +321,7 @@ def test_dashboard_shows_hand_computed_acceptance_and_accuracy(world):
     assert "recall_at_5" in acc_table.columns
     at.toggle(key="dash_fresh").set_value(False)
     run(at)
-    assert metric(at, "Gold accuracy") == "83.3%" and delta(at, "Gold accuracy") == "v2 · n=6"
+    assert metric(at, "Gold accuracy") == "83.3%" and delta(at, "Gold accuracy") == "n=6"
     charts = at.get("plotly_chart")
     assert len(charts) >= 7
     assert all('"how"' in c.proto.spec for c in charts)  # each chart carries its explanation (hover + meta)
@@ -357,7 +357,7 @@ def test_gold_left_out_as_already_taught_is_said_so_not_no_gold(world):
     assert "No fresh gold" in said and "Leave out mentions already taught" in said and "build gold" not in said
     at.toggle(key="dash_fresh").set_value(False)
     run(at)
-    assert metric(at, "Gold accuracy") == "100.0%" and delta(at, "Gold accuracy") == f"v1 · n={len(mids)}"
+    assert metric(at, "Gold accuracy") == "100.0%" and delta(at, "Gold accuracy") == f"n={len(mids)}"
 
 def test_admin_page_creates_users_and_changes_roles(world):
     at = page_as("root", "admin_users.py")
@@ -459,5 +459,6 @@ def test_end_to_end_gold_task_of_30_demo_mentions(world, monkeypatch):
         right = sum(sorted(services.latest_suggestion(s, m).chosen) == sorted(demo[services.mention(s, m)["text"]])
                     for m in mids)
     assert metric(at, "Gold accuracy") == f"{right / 30:.1%}"
-    assert delta(at, "Gold accuracy") == f"{version} · n=30"
+    assert delta(at, "Gold accuracy") == "n=30"
+    assert f"Model version **{version}**" in next(m.help for m in at.metric if m.label == "Gold accuracy")
     assert 0 < right < 30  # the lexical demo engine gets some, not all

@@ -27,6 +27,7 @@ from datetime import timedelta
 import pytest
 from browser import (
     chromium_page,
+    cut_short,
     free_port,
     health_url,
     screenshot,
@@ -170,6 +171,12 @@ def test_dashboards_and_adjudication_in_browser(server, page, tmp_path):
     assert page.locator(".js-plotly-plot .treemap").count() == 1
     png = screenshot(page, tmp_path, "dashboards_page.png")
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 100_000
+    # no figure, label or note of a card cut short ("8…"), here nor on a laptop's narrower window
+    for width in (WIDTH, 1100):
+        page.set_viewport_size({"width": width, "height": HEIGHT})
+        settle(page)
+        assert cut_short(page, '[data-testid="stMetric"], [data-testid="stMain"] label') == [], width
+    page.set_viewport_size({"width": WIDTH, "height": HEIGHT})
 
     # -- adjudication: the annotators' answers side by side
     from db import gold
