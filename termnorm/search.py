@@ -19,6 +19,9 @@ name / synonym     the query equals a name or a synonym (after                 `
                    :func:`~termnorm.text.normalize.normalize`)                  ``synonym``
 abbreviation       the query is an abbreviation (``PCI``): its expansions       ``abbreviation``
                    as names, inside names, then by similarity
+written as         the query as the vocabulary spells its words (``胃癌`` ->     ``written_as``
+                   ``胃恶性肿瘤``, :data:`WRITTEN_AS`), equal to a name or
+                   synonym (results found so lead; the readings below follow)
 contained          names / synonyms that contain the query: those starting      ``name_contains``
                    with it first, then shorter before longer                   ``synonym_contains``
 similar            the character TF-IDF / Jaccard union (the engine's          ``tfidf``,
@@ -77,10 +80,15 @@ CODE_LIKE = re.compile(r"^[a-z]?\d{1,6}(?:[.x][0-9a-z]*)?(?:/\d*)?(?:[+*].*)?$")
 #: ICD-9-CM-3 subcategory (``06.3``). Shorter prefixes (``E1``, ``06``) span unrelated chapters.
 MIN_NEAREST = 3
 
+#: Words clinicians write one way and Chinese ICD names another (胃癌 for 胃恶性肿瘤: character similarity ranks 腺癌
+#: first). Hand-written: no package holds Chinese clinical spelling variants; the search alone reads them (the
+#: engine learns its own rewrites from coded mentions, termnorm.rank.surface).
+WRITTEN_AS = {"癌": "恶性肿瘤"}
+
 #: How a result was found (``SearchHit.found``) -> the short tag the pages show, best reading first.
 TAGS = {"code": "code", "code_prefix": "code prefix", "code_nearest": "nearest code", "name": "name",
-        "synonym": "synonym", "abbreviation": "abbreviation", "name_contains": "in name",
-        "synonym_contains": "in synonym", "similar": "similar"}
+        "synonym": "synonym", "abbreviation": "abbreviation", "written_as": "written as",
+        "name_contains": "in name", "synonym_contains": "in synonym", "similar": "similar"}
 _SEP = "\n"  # joins the normalized surface forms into one string to search; normalize never leaves one
 
 
@@ -145,6 +153,8 @@ def found_tag(hit: Candidate) -> str:
     found = getattr(hit, "found", "similar")
     via = getattr(hit, "via", "")
     tag = TAGS.get(found, found)
+    if found == "written_as" and via:
+        return f"{tag} {via}"
     if found != "abbreviation" or not via:
         return tag
     relation = getattr(hit, "relation", "")
@@ -404,6 +414,10 @@ class VocabularySearch:
         expansions = self.expansions(query) or self.spelled_out(query)  # PCI; 卵巢Ca, read as 卵巢恶性肿瘤
         if expansions and self._abbreviation(expansions, add):
             return self._ranked(hits)
+        for variant in self.written_as(query):
+            if add("written_as", [(n, sc, variant) for n, sc, _ in self.exact_text(variant, False)
+                                  + self.exact_text(variant, True)]):
+                return self._ranked(hits)
         contained = self.contained(query)
         if add("name_contains", [h for h in contained if not h[3]]) or \
                 add("synonym_contains", [h for h in contained if h[3]]):
@@ -413,6 +427,20 @@ class VocabularySearch:
             if self.shares(words, c.term) >= MIN_SHARED and add("similar", [(c.term, c.score, "")], c.scores):
                 break
         return self._ranked(hits)
+
+    @staticmethod
+    def written_as(query: str) -> list[str]:
+        """The query with each word of :data:`WRITTEN_AS` spelled the vocabulary's way (one variant per word
+        found, then all of them at once); [] when it holds none."""
+        q = normalize(query)
+        found = [(w, v) for w, v in WRITTEN_AS.items() if w in q and v not in q]
+        out = [q.replace(w, v) for w, v in found]
+        if len(found) > 1:
+            every = q
+            for w, v in found:
+                every = every.replace(w, v)
+            out.append(every)
+        return out
 
     def shares(self, words: set[str], name: str) -> float:
         """The share of the query's ``words`` found in the name or one of its synonyms, where a word is a Chinese

@@ -262,6 +262,20 @@ def test_an_abbreviation_inside_the_query_is_searched_spelled_out():
     assert (plain.term, plain.found) == ("卵巢囊肿", "name")
 
 
+def test_cancer_written_as_clinicians_write_it_finds_the_malignant_neoplasm_term(cdn):
+    """胃癌 is 胃恶性肿瘤 in Chinese ICD-10 names: found first, tagged with the spelling it was read as, ahead of
+    names sharing characters (腺癌, 卵巢炎 came first); a name spelled with 癌 itself is still found as a name."""
+    demo = Engine.from_demo("diagnoses")
+    for search, query, read in ((demo.search_vocabulary, "胃癌", "胃恶性肿瘤"),
+                                (demo.search_vocabulary, "结肠癌", "结肠恶性肿瘤"),
+                                (cdn.search, "卵巢癌", "卵巢恶性肿瘤"), (cdn.search, "宫颈癌", "宫颈恶性肿瘤")):
+        hit = search(query, 5)[0]
+        assert (hit.term, hit.found, found_tag(hit)) == (read, "written_as", f"written as {read}"), query
+    assert [(h.term, h.found) for h in demo.search_vocabulary("肝细胞癌", 1)] == [("肝细胞癌", "name")]
+    assert cdn.search("原位癌", 1)[0].found == "name"
+    assert VocabularySearch.written_as("胃癌伴出血") == ["胃恶性肿瘤伴出血"] and VocabularySearch.written_as("胃溃疡") == []
+
+
 def test_engine_keeps_taught_abbreviations_through_save_and_load(tmp_path):
     eng = Engine.from_demo("diagnoses")
     eng.add_abbreviation("MYX", "甲状腺功能减退")
