@@ -79,12 +79,15 @@ with _ui.session() as s:
     unscored = dashboard_data.unscored_gold(s, current_version, vocabulary_id, include_file_gold=file_gold)
     tasks = gold.gold_tasks(s, ctx.username, batch_id=batch_id, vocabulary_id=vocabulary_id)
     agreements = {t["id"]: gold.task_agreement(s, ctx.username, t["id"])[0] for t in tasks}
+    # imported gold the toggle leaves out: said, never "no gold yet" beside a job that scored it
+    file_gold_off = 0 if file_gold or len(data.gold) else dashboard_data.file_gold_count(s, vocabulary_id, batch_id)
 
 dec, hist = data.decisions, data.history
 gold_frame = data.gold[~data.gold["seen_in_history"].astype(bool)] if fresh_only and len(data.gold) else data.gold
 # gold there is, all of it left out by the toggle: said so, never "no gold yet" (a user test read that as lost gold)
 all_taught = len(data.gold) - len(gold_frame) if len(data.gold) and not len(gold_frame) else 0
-NO_GOLD = f"all {all_taught} gold mentions already taught" if all_taught else "no gold yet"
+NO_GOLD = (f"all {all_taught} gold mentions already taught" if all_taught else
+           f"{file_gold_off:,} imported gold mentions not included" if file_gold_off else "no gold yet")
 acc = dash.acceptance(dec)
 accuracy = dash.model_accuracy(gold_frame, ranked_col="ranked", count_col="predicted_count") if len(gold_frame) \
     else None
@@ -168,6 +171,8 @@ with c[0]:
     else:
         empty(f"No fresh gold: {NO_GOLD} (coded before the engine suggested them, so answered from its memory, not "
               "by generalising). Turn off \"Leave out mentions already taught\" to see them." if all_taught else
+              f"{file_gold_off:,} mentions were imported with their gold terms: turn on \"Also gold from imported "
+              "files\" to measure the engine on them, or build gold on the Gold tasks page." if file_gold_off else
               "No gold mention with a stored suggestion yet: build gold on the Gold tasks page, then score the "
               "engine on it.")
     scoring = JobRunner().latest(lock=suggest_jobs.lock(vocabulary_id))

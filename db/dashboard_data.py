@@ -199,6 +199,17 @@ def unscored_gold(s: Session, model_version: str, vocabulary_id: int | None = No
     return [{"mention_id": int(m), "text": t} for m, t in zip(g["mention_id"], g["mention"]) if m not in have]
 
 
+def file_gold_count(s: Session, vocabulary_id: int | None = None, batch_id: int | None = None) -> int:
+    """Mentions imported with their gold terms (of the vocabulary, of the batch): the gold "Also gold from imported
+    files" adds, so a page that leaves it out can say that it is there."""
+    q = select(Mention.gold_terms).join(Batch, Batch.id == Mention.batch_id).where(Mention.gold_terms.is_not(None))
+    if vocabulary_id is not None:
+        q = q.where(Batch.vocabulary_id == vocabulary_id)
+    if batch_id is not None:
+        q = q.where(Mention.batch_id == batch_id)
+    return sum(1 for gt in s.scalars(q) if gt)
+
+
 # ================================================================ everything a dashboard page needs
 @dataclass
 class DashboardData:

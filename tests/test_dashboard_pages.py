@@ -359,6 +359,25 @@ def test_gold_left_out_as_already_taught_is_said_so_not_no_gold(world):
     run(at)
     assert metric(at, "Gold accuracy") == "100.0%" and delta(at, "Gold accuracy") == f"n={len(mids)}"
 
+def test_imported_gold_left_out_by_the_toggle_is_said_so_not_no_gold(world):
+    """Mentions imported with their gold terms are not gold on the dashboard until the lead includes them; until
+    then the cards say they are there and how to include them (a user test read "no gold yet" beside a job that
+    had scored 400 of them)."""
+    from termnorm.records import LabelledMention
+
+    engine = _ui.engine_holder(world["url"], world["vocabulary_id"]).engine
+    with services.session_scope(world["url"]) as s:
+        services.create_batch(s, "labelled", world["vocabulary_id"],
+                              [LabelledMention(f"甲状腺手术{i}", [engine.vocabulary.names[0]]) for i in range(3)])
+    at = page_as("lead1", "dashboards.py", vocabulary_id=world["vocabulary_id"])
+    assert metric(at, "Gold accuracy") == "—" and delta(at, "Gold accuracy") == "3 imported gold mentions not included"
+    assert any('turn on "Also gold from imported files"' in c.value for c in at.caption)
+    at.toggle(key="dash_file_gold").set_value(True)
+    run(at)
+    assert delta(at, "Gold accuracy") == "no gold yet"  # included, but no suggestion of them stored yet
+    assert button(at, f"Score the current engine ({engine.model_version}) on 3 gold mentions")
+
+
 def test_admin_page_creates_users_and_changes_roles(world):
     at = page_as("root", "admin_users.py")
     assert set(at.dataframe[0].value["user"]) == {"root", "lead1", "li", "wang", "coder1"}

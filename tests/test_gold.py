@@ -302,6 +302,10 @@ def test_file_gold_is_optional_and_gold_labels_win(world):
         m1, m2 = [m["id"] for m in services.mentions(s, bid)]
         services.store_suggestions(s, [m1, m2], [sug("甲状腺全切", [C], [C], "v1"), sug("LC", [A], [A], "v1")])
         assert dashboard_data.gold_predictions(s, world["vocabulary_id"]).empty
+        other = services.create_batch(s, "unlabelled", world["vocabulary_id"], ["甲状腺全切"])
+        assert dashboard_data.file_gold_count(s, world["vocabulary_id"]) == 2
+        assert [dashboard_data.file_gold_count(s, world["vocabulary_id"], b) for b in (bid, other)] == [2, 0]
+        assert dashboard_data.file_gold_count(s, world["vocabulary_id"] + 1000) == 0
         g = dashboard_data.gold_predictions(s, world["vocabulary_id"], include_file_gold=True)
         assert g[["mention_id", "gold_source"]].values.tolist() == [[m1, "file"], [m2, "file"]]
         tid = gold.create_gold_task(s, "lead1", "t", bid, ["li", "wang"])
