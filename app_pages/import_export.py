@@ -231,11 +231,11 @@ def show_report(report: dict) -> None:
     if only and not written(report):
         st.warning("No approved decision in this batch yet: a lead approves decisions on the Review page.")
     if fmt == "omop":
-        c = st.columns(4)
-        c[0].metric("Rows written", report["rows"])
-        c[1].metric("Decisions", report["decisions"])
-        c[2].metric("Codes without concept_id", len(report["no_concept"]))
-        c[3].metric("Mentions cut to 50 characters", len(report["cut"]))
+        row = st.container(horizontal=True, wrap=True, gap="small")  # wraps where the labels would not fit
+        row.metric("Rows written", report["rows"], width="stretch")
+        row.metric("Decisions", report["decisions"], width="stretch")
+        row.metric("Codes without concept_id", len(report["no_concept"]), width="stretch")
+        row.metric("Mentions cut to 50 characters", len(report["cut"]), width="stretch")
         if report.get("not_related"):
             st.caption(f"{report['not_related']} mention(s) the coder marked not related to their terms: written with "
                        "target_concept_id 0 (no mapping), as rejections are.")
@@ -262,7 +262,9 @@ def show_report(report: dict) -> None:
         st.caption(f"{report['rows']}{only} decision(s) with terms; {report['left_out']} without terms or marked not "
                    "related left out (a training-data format).")
     else:
-        st.caption(f"{report['rows']}{only} decision(s).")
+        # spreadsheet times carry no zone (Excel has none); JSON Lines writes +00:00
+        st.caption(f"{report['rows']}{only} decision(s)." + (" Times (at, reviewed_at) are UTC."
+                                                             if fmt in ("csv", "xlsx") else ""))
         if report.get("cut"):
             st.warning(f"{len(report['cut'])} cell(s) longer than Excel's 32,767 characters were cut in this XLSX: "
                        + ", ".join(report["cut"][:20]) + (" …" if len(report["cut"]) > 20 else "")

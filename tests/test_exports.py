@@ -403,6 +403,7 @@ def test_an_export_with_no_decision_to_write_offers_no_file(app_db):
     run(at)
     assert at.session_state["export_ready"]["export"].report["rows"] == 1
     assert len(at.get("download_button")) == 1 and not any("Nothing to download" in c.value for c in at.caption)
+    assert any(c.value == "1 decision(s). Times (at, reviewed_at) are UTC." for c in at.caption)  # naive in CSV
     with S.session_scope(app_db) as s:  # approved: the OMOP file has its row, and says it has no concept for it
         S.ensure_user(s, "lead", role="lead")
         review.approve(s, [did], "lead")
