@@ -174,9 +174,11 @@ def highlight_html(text: str, spans: list[KeywordSpan], marks: list[str | None] 
     return "".join(out)
 
 
-def legend_html(candidates: bool = True) -> str:
-    """Colour key of the keyword kinds (and of the ✓ / ✗ marks when candidates are compared)."""
-    chips = " ".join(f'<span class="kw kw-{k}">{esc(KIND_LABELS[k])}</span>' for k in KEYWORD_KINDS)
+def legend_html(candidates: bool = True, kinds=None) -> str:
+    """Colour key of the keyword kinds (``kinds``: those on the page, e.g. no "approach" on a diagnosis; None: every
+    kind), and of the ✓ / ✗ marks when candidates are compared."""
+    chips = " ".join(f'<span class="kw kw-{k}">{esc(KIND_LABELS[k])}</span>' for k in KEYWORD_KINDS
+                     if kinds is None or k in kinds)
     marks = (' &nbsp;·&nbsp; in candidates: <span class="kw kw-site kw-match">same as mention</span> '
              '<span class="kw kw-site kw-mismatch">different site / type</span>') if candidates else ""
     return f'<div class="tn-legend">Keywords: {chips}{marks}</div>'

@@ -279,7 +279,9 @@ if document:
         _ui.markup(_markup.document_html(document, marks, limit=len(document) if whole else _markup.DOCUMENT_WINDOW,
                                          focus=used[0][1] if used else None,
                                          view=f"{mid}:{st.session_state.get(turns, 0)}"))
-_ui.markup(_ui.legend_html())
+# the key of the colours on this page only (a user test read "approach 入路" in the key of a diagnosis)
+_ui.markup(_ui.legend_html(kinds={sp.kind for sp in sug.keywords}
+                           | {sp.kind for c in sug.candidates for sp in holder.tag(c.term)}))
 
 # ---------------------------------------------------------------- what the engine proposes
 # the marks compare the terms with the mention as the engine read it (卵巢Ca术后: 恶性肿瘤, not Ca)

@@ -8,6 +8,7 @@ through the pages as a coder would meet them.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -431,6 +432,11 @@ def test_html_in_a_mention_is_escaped(db_url):
     assert "<img" not in html and "<script" not in html
     assert 'class="kw kw-site"' in html  # keywords still highlighted around the escaped text
     assert all("<script" not in m.value and "<img" not in m.value for m in at.markdown)
+    # the colour key names the kinds on the page: each one marked in the mention or a candidate, and only those
+    key = next(m.value for m in at.markdown if 'class="tn-legend">Keywords:' in m.value)
+    marked = set(re.findall(r'class="kw kw-(\w+)', "".join(m.value for m in at.markdown if "tn-legend" not in m.value)))
+    assert set(re.findall(r'class="kw kw-(\w+)"', key.split("in candidates")[0])) == marked - {"match", "mismatch"}
+    assert "site" in marked
 
 
 def test_an_abbreviation_in_a_mention_is_spelled_out_and_shown(db_url):
