@@ -145,6 +145,8 @@ def on_send_back(decision_ids: list[int]) -> None:
         _ui.flash("error", f"Not sent back: {e}")
         return
     st.session_state["rv_pick"] = []
+    if out.get("sent_back"):  # the note was for those: the next send-back gets its own (a user test reused one)
+        st.session_state["rv_note"] = ""
     _report("sent back to the coders", out, "sent_back")
 
 

@@ -165,6 +165,7 @@ def test_review_queue_filters_approves_sends_back_and_refuses_self_approval(team
     run(at)
     back = [m for m in zhang if latest(url, m)["review_status"] == "needs_rereview"]
     assert back == [zhang[1]] and "the side is missing" in latest(url, back[0])["review_note"]
+    assert at.text_input(key="rv_note").value == ""  # that note was for that decision, not for the next one
     # bulk approve of every coder: the lead's own decision is refused with its reason
     at.multiselect(key="rv_coders").set_value([])
     run(at)
