@@ -21,7 +21,7 @@ abbreviation       the query is an abbreviation (``PCI``): its expansions       
                    as names, inside names, then by similarity
 written as         the query as the vocabulary spells its words (``胃癌`` ->     ``written_as``
                    ``胃恶性肿瘤``, :data:`WRITTEN_AS`), equal to a name or
-                   synonym (results found so lead; the readings below follow)
+                   synonym (its results first, then the readings below)
 contained          names / synonyms that contain the query: those starting      ``name_contains``
                    with it first, then shorter before longer                   ``synonym_contains``
 similar            the character TF-IDF / Jaccard union (the engine's          ``tfidf``,
@@ -430,17 +430,12 @@ class VocabularySearch:
 
     @staticmethod
     def written_as(query: str) -> list[str]:
-        """The query with each word of :data:`WRITTEN_AS` spelled the vocabulary's way (one variant per word
-        found, then all of them at once); [] when it holds none."""
-        q = normalize(query)
-        found = [(w, v) for w, v in WRITTEN_AS.items() if w in q and v not in q]
-        out = [q.replace(w, v) for w, v in found]
-        if len(found) > 1:
-            every = q
-            for w, v in found:
-                every = every.replace(w, v)
-            out.append(every)
-        return out
+        """The query with the words of :data:`WRITTEN_AS` spelled the vocabulary's way; [] when it holds none."""
+        q = spelled = normalize(query)
+        for word, written in WRITTEN_AS.items():
+            if written not in spelled:
+                spelled = spelled.replace(word, written)
+        return [spelled] if spelled != q else []
 
     def shares(self, words: set[str], name: str) -> float:
         """The share of the query's ``words`` found in the name or one of its synonyms, where a word is a Chinese
