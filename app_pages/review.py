@@ -82,10 +82,12 @@ def _codes(row) -> str:
     return " · ".join(f"{t} ({c})" if c else t for t, c in zip(row["terms"], list(row["codes"]) + [""] * 99)) or "—"
 
 
+# what a lead judges first (the answer, its status, how sure the engine was) before the rest: at 1,280 px the
+# columns after the terms sit past the table's right edge
 shown = pd.DataFrame({
     "#": df["position"], "mention": df["mention"], "action": df["action"],
-    "terms (code exported)": df.apply(_codes, axis=1), "relationship": df["relationship"], "coder": df["user"],
-    "coder's comment": df["comment"], "status": df["review_status"], "confidence": df["confidence"],
+    "terms (code exported)": df.apply(_codes, axis=1), "status": df["review_status"], "confidence": df["confidence"],
+    "coder": df["user"], "coder's comment": df["comment"], "relationship": df["relationship"],
     "note": df["review_note"], "batch": df["batch"],
     "edition": ["" if pd.isna(n) else f"{n} ({lab})" if lab else str(n)
                 for n, lab in zip(df["edition"], df["edition_label"])]})

@@ -127,6 +127,8 @@ def test_the_review_table_shows_the_coder_s_comment_and_the_edition_by_number(te
         services.record_decision(s, other, "zhang", "flag", comment="which side? *left*")
     at = app_as("lead1", "review.py")
     table = at.dataframe[0].value.set_index("#")
+    # what a lead judges first, within a laptop's width (at 1,280 px the columns after the terms were off the edge)
+    assert list(table.columns[:5]) == ["mention", "action", "terms (code exported)", "status", "confidence"]
     by_mention = dict(zip(table["mention"], table["coder's comment"]))
     with services.session_scope(url) as s:
         assert by_mention[services.mention(s, other)["text"]] == "which side? *left*"
