@@ -251,6 +251,7 @@ if current.get("status") == "flagged":  # served to leads: the coder's question 
         flag = services.mention(s, mid)["decision"] or {}
     st.info(f"**Flagged by {_ui.md(flag.get('user', '?'))}:** {_ui.md(flag.get('comment') or '(no comment)')}",
             icon=":material/flag:")
+before = None  # the decision sent to re-review, if this mention is back for that
 if current.get("status") == services.REREVIEW:
     with _ui.session() as s:
         before = services.mention(s, mid)["decision"]
@@ -329,6 +330,11 @@ options = list(dict.fromkeys([c.term for c in sug.candidates] + in_box))
 st.multiselect("Terms for this mention", options, key=sel_key,
                placeholder="Pick one or more terms, or search the vocabulary below",
                select_all=False)  # no 'Select N matches': Enter after typing must not add every match
+if before and before["terms"] and in_box and sorted(in_box) == sorted(before["terms"]):
+    # the engine may well suggest the same again (its own reading; the send-back took the decision out of its
+    # memory): a user test nearly saved the questioned answer again with one key
+    st.warning("The box holds the terms coded before, the ones sent to re-review: change them, or save them again "
+               "only if the reason above is answered.", icon=":material/replay:")
 if in_box:
     st.markdown('<div class="tn-keys">Code exported for each term (the most specific by default; one click '
                 "switches between a term's leaf and category codes)</div>", unsafe_allow_html=True)

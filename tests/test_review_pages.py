@@ -210,6 +210,17 @@ def test_review_queue_filters_approves_sends_back_and_refuses_self_approval(team
     run(coder)
     assert on_screen(coder) == back[0]
     assert any("the side is missing" in w.value for w in coder.warning)
+    # the box holding the very terms sent back says so (one key would save them again); other terms do not
+    box = next(w for w in coder.multiselect if w.key.startswith("terms_"))
+    sent_terms = latest(url, back[0])["terms"]
+    again = lambda: any("the ones sent to re-review" in w.value for w in coder.warning)  # noqa: E731
+    box.set_value(sent_terms)
+    run(coder)
+    assert again()
+    box = next(w for w in coder.multiselect if w.key.startswith("terms_"))
+    box.set_value([t for t in box.options if t not in sent_terms][:1])
+    run(coder)
+    assert not again()
     # the engine no longer answers the mention from the decision that was sent back (no sieve, no history 1.0)
     with services.session_scope(url) as s:
         sug = services.latest_suggestion(s, back[0])
