@@ -359,6 +359,7 @@ def test_gold_left_out_as_already_taught_is_said_so_not_no_gold(world):
     run(at)
     assert metric(at, "Gold accuracy") == "100.0%" and delta(at, "Gold accuracy") == f"n={len(mids)}"
 
+
 def test_imported_gold_left_out_by_the_toggle_is_said_so_not_no_gold(world):
     """Mentions imported with their gold terms are not gold on the dashboard until the lead includes them; until
     then the cards say they are there and how to include them (a user test read "no gold yet" beside a job that
