@@ -103,6 +103,18 @@ GOLD_PREDICTION_COLUMNS = ["mention_id", "mention", "gold_terms", "gold_source",
                            "suggested", "ranked", "predicted_count", "confidence", "at", "seen_in_history"]
 
 
+def _file_gold(s: Session, vocabulary_id: int | None, batch_id: int | None = None) -> list[tuple[int, str, list]]:
+    """(mention id, text, gold terms) of the mentions imported with their gold terms (of the vocabulary, of the
+    batch); an absent gold is stored as JSON null, so the empty ones are left out here, not in SQL."""
+    q = select(Mention.id, Mention.text, Mention.gold_terms).join(Batch, Batch.id == Mention.batch_id).where(
+        Mention.gold_terms.is_not(None))
+    if vocabulary_id is not None:
+        q = q.where(Batch.vocabulary_id == vocabulary_id)
+    if batch_id is not None:
+        q = q.where(Mention.batch_id == batch_id)
+    return [(m, t, list(gt)) for m, t, gt in s.execute(q) if gt]
+
+
 def _gold_terms(s: Session, vocabulary_id: int | None, task_id: int | None,
                 include_file_gold: bool) -> pd.DataFrame:
     """One gold set per mention: adjudicated beats agreed beats the file's own gold; newest wins."""
@@ -114,12 +126,8 @@ def _gold_terms(s: Session, vocabulary_id: int | None, task_id: int | None,
     out = pd.DataFrame({"mention_id": g["mention_id"], "mention": g["mention"], "gold_terms": g["terms"],
                         "gold_source": g["source"], "task_id": g["task_id"].astype("Int64")})
     if include_file_gold and task_id is None:
-        q = select(Mention.id, Mention.text, Mention.gold_terms).join(Batch, Batch.id == Mention.batch_id).where(
-            Mention.gold_terms.is_not(None))
-        if vocabulary_id is not None:
-            q = q.where(Batch.vocabulary_id == vocabulary_id)
         have = set(out["mention_id"])
-        extra = [(m, t, list(gt)) for m, t, gt in s.execute(q) if gt and m not in have]
+        extra = [(m, t, gt) for m, t, gt in _file_gold(s, vocabulary_id) if m not in have]
         if extra:
             out = pd.concat([out, pd.DataFrame({"mention_id": [e[0] for e in extra], "mention": [e[1] for e in extra],
                                                 "gold_terms": [e[2] for e in extra], "gold_source": "file",
@@ -200,14 +208,9 @@ def unscored_gold(s: Session, model_version: str, vocabulary_id: int | None = No
 
 
 def file_gold_count(s: Session, vocabulary_id: int | None = None, batch_id: int | None = None) -> int:
-    """Mentions imported with their gold terms (of the vocabulary, of the batch): the gold "Also gold from imported
-    files" adds, so a page that leaves it out can say that it is there."""
-    q = select(Mention.gold_terms).join(Batch, Batch.id == Mention.batch_id).where(Mention.gold_terms.is_not(None))
-    if vocabulary_id is not None:
-        q = q.where(Batch.vocabulary_id == vocabulary_id)
-    if batch_id is not None:
-        q = q.where(Mention.batch_id == batch_id)
-    return sum(1 for gt in s.scalars(q) if gt)
+    """Mentions imported with their gold terms: the gold "Also gold from imported files" adds, so a page that
+    leaves it out can say that it is there."""
+    return len(_file_gold(s, vocabulary_id, batch_id))
 
 
 # ================================================================ everything a dashboard page needs
