@@ -280,9 +280,11 @@ if document:
         _ui.markup(_markup.document_html(document, marks, limit=len(document) if whole else _markup.DOCUMENT_WINDOW,
                                          focus=used[0][1] if used else None,
                                          view=f"{mid}:{st.session_state.get(turns, 0)}"))
+# each candidate tagged once, for the colour key and the tables
+term_spans = {c.term: holder.tag(c.term) for c in sug.candidates}
 # the key of the colours on this page only (a user test read "approach 入路" in the key of a diagnosis)
 _ui.markup(_ui.legend_html(kinds={sp.kind for sp in sug.keywords}
-                           | {sp.kind for c in sug.candidates for sp in holder.tag(c.term)}))
+                           | {sp.kind for spans in term_spans.values() for sp in spans}))
 
 # ---------------------------------------------------------------- what the engine proposes
 # the marks compare the terms with the mention as the engine read it (卵巢Ca术后: 恶性肿瘤, not Ca)
@@ -307,10 +309,11 @@ same = holder.engine.same_keyword  # a keyword is marked missing / different onl
 # a multi-part mention's marks compare each term with the part it answers; detail coders drop is not "lacking"
 mark_kw = dict(same=same, parts=[holder.tag(holder.engine.spelled_out(p)) for p in sug.parts],
                dropped=explain.counts(holder.engine).dropped)
-_ui.markup(_ui.candidate_table_html(sug.candidates[:SHOWN], read_kw, sug.chosen, holder.tag, why=why, **mark_kw))
+_ui.markup(_ui.candidate_table_html(sug.candidates[:SHOWN], read_kw, sug.chosen, term_spans.__getitem__, why=why,
+                                    **mark_kw))
 if len(sug.candidates) > SHOWN:
     with st.expander(f"{len(sug.candidates) - SHOWN} more candidates"):
-        _ui.markup(_ui.candidate_table_html(sug.candidates[SHOWN:], read_kw, sug.chosen, holder.tag,
+        _ui.markup(_ui.candidate_table_html(sug.candidates[SHOWN:], read_kw, sug.chosen, term_spans.__getitem__,
                                             start=SHOWN + 1, why=why[SHOWN:],
                                             top=max(c.score for c in sug.candidates), **mark_kw))
 

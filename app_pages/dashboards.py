@@ -175,14 +175,14 @@ with c[0]:
               "files\" to measure the engine on them, or build gold on the Gold tasks page." if file_gold_off else
               "No gold mention with a stored suggestion yet: build gold on the Gold tasks page, then score the "
               "engine on it.")
-    scoring = JobRunner().latest(lock=suggest_jobs.lock(vocabulary_id))
+    score_slot = st.empty()  # the button above the job panel, drawn once the panel has read the job
+    scoring = _jobs.panel(JobRunner(), "dash_score_job", lock=suggest_jobs.lock(vocabulary_id))
     busy = scoring is not None and scoring["state"] not in FINAL  # a second press would only be refused
     if unscored:
-        st.button(f"Score the current engine ({current_version}) on {len(unscored)} gold mentions",
-                  on_click=score_on_gold, key="dash_score", icon=":material/play_arrow:", disabled=busy,
-                  help="A suggestion job of this vocabulary is running (below): score when it has ended."
-                  if busy else None)
-    _jobs.panel(JobRunner(), "dash_score_job", lock=suggest_jobs.lock(vocabulary_id))
+        score_slot.button(f"Score the current engine ({current_version}) on {len(unscored)} gold mentions",
+                          on_click=score_on_gold, key="dash_score", icon=":material/play_arrow:", disabled=busy,
+                          help="A suggestion job of this vocabulary is running (below): score when it has ended."
+                          if busy else None)
 with c[1]:
     if accuracy is not None and len(accuracy.table):
         cols = [x for x in ("model_version", "n", "accuracy", "micro_f1", "count_accuracy", "recall_at_5")
