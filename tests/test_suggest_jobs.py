@@ -144,13 +144,22 @@ def test_suggestions_of_another_version_are_suggested_again(env):
 
 
 # ------------------------------------------------------------------ rescore
-def promote_a_version(env) -> str:
-    """A (forced) promotion: the shipped engine registered as version 1 and made current."""
+def register_a_version(env) -> str:
+    """The shipped engine registered as version 1, not yet current (building it is the slow part)."""
     reg = Registry.for_vocabulary(VOCAB, env["models"])
-    v = reg.register(serving.build_engine(env["url"], env["vid"]), {"accuracy": 0.5, "n": 10})
-    assert reg.promote(v, force=True, by="lead").promoted
+    return reg.register(serving.build_engine(env["url"], env["vid"]), {"accuracy": 0.5, "n": 10})
+
+
+def promote(env, v: str) -> str:
+    """A (forced) promotion of version ``v``, made current at once."""
+    assert Registry.for_vocabulary(VOCAB, env["models"]).promote(v, force=True, by="lead").promoted
     assert serving.serving_version(env["url"], env["vid"]) == v
     return v
+
+
+def promote_a_version(env) -> str:
+    """A (forced) promotion: the shipped engine registered as version 1 and made current."""
+    return promote(env, register_a_version(env))
 
 
 def test_rescore_after_a_promotion_leaves_no_open_mention_with_a_retired_suggestion(env):
@@ -179,9 +188,11 @@ def test_rescore_after_a_promotion_leaves_no_open_mention_with_a_retired_suggest
 def test_rescore_takes_over_a_running_precompute(env):
     url, runner = env["url"], env["runner"]
     big = big_batch(env)
+    v = register_a_version(env)  # before the precompute starts: on a slow machine it could finish meanwhile
     pre = suggest_jobs.start_precompute(url, big, runner=runner, chunk=8)
     wait_for(lambda: (runner.status(pre)["metrics"] or {}).get("done", 0) >= 16)
-    v = promote_a_version(env)
+    promote(env, v)
+    assert runner.status(pre)["state"] == "running"  # still writing: the rescore below has one to take over
     job = suggest_jobs.start_rescore(url, env["vid"], runner=runner, chunk=64)
     assert runner.status(pre)["state"] == "cancelled"
     st = runner.wait(job, 180)
