@@ -288,7 +288,7 @@ def test_the_page_cancels_the_job(env, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
     monkeypatch.setenv("TERMNORM_AUTH", "off")
-    big = big_batch(env)
+    big = big_batch(env, 2400)  # still running after the page's first runs on a slow machine
     job = suggest_jobs.start_precompute(env["url"], big, runner=env["runner"], chunk=8)
     wait_for(lambda: env["runner"].status(job)["state"] == "running")
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
