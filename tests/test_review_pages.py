@@ -227,6 +227,43 @@ def test_review_queue_filters_approves_sends_back_and_refuses_self_approval(team
     assert not any("sieve" in c.scores for c in sug.candidates)
 
 
+def test_a_sent_back_decision_keeps_its_relationship_unless_the_terms_change(team):
+    """A user test: a mention coded "narrower" came back for re-review with "equivalent" as the default, so saving
+    the same terms again changed the coding without the coder touching it."""
+    url = team["url"]
+    at = app_as("zhang")
+    mid = on_screen(at)
+    at.button(key=f"rel_source-is-narrower-than-target_{mid}").click()
+    run(at)
+    at.button(key=f"save_{mid}").click()
+    run(at)
+    first = latest(url, mid)
+    assert first["relationship"] == "source-is-narrower-than-target"
+    with services.session_scope(url) as s:
+        from db import review
+        assert review.send_back(s, [first["id"]], "lead1", "which side?")["sent_back"] == [first["id"]]
+    coder = app_as("liu")
+    assert on_screen(coder) == mid
+    assert any("(narrower)" in w.value.replace("\\", "") for w in coder.warning)  # with its relationship
+    def box():  # the terms box as last drawn
+        return next(w for w in coder.multiselect if w.key.startswith("terms_"))
+
+    box().set_value(first["terms"])
+    run(coder)
+    narrower = coder.button(key=f"rel_source-is-narrower-than-target_{mid}")
+    assert narrower.label.endswith("·") and coder.button(key=f"rel_equivalent_{mid}").label == "1 equivalent"
+    box().set_value([t for t in box().options if t not in first["terms"]][:1])  # other terms: the usual default
+    run(coder)
+    assert coder.button(key=f"rel_equivalent_{mid}").label.endswith("·")
+    box().set_value(first["terms"])
+    run(coder)
+    coder.button(key=f"save_{mid}").click()
+    run(coder)
+    again = latest(url, mid)
+    assert again["id"] != first["id"] and again["terms"] == first["terms"]
+    assert again["relationship"] == "source-is-narrower-than-target"
+
+
 def test_a_coder_cannot_open_the_review_or_editions_page(team):
     for page in ("review.py", "editions.py"):
         at = page_as("zhang", page)
