@@ -103,6 +103,10 @@ labels = {int(r["decision_id"]): f"#{r['position']} {r['mention']} "
           f"{'✗ not related to' if r['relationship'] == services.NOT_RELATED else '→'} {_codes(r)} ({r['user']})"
           for r in df.to_dict(orient="records")}
 ids = list(labels)
+# what "approve all" approves: the answers shown; a flag or skip is a question for a lead to code or send back,
+# and a user test saw every one of them come back "refused" after the bulk approve
+answers = [int(i) for i, a in zip(df["decision_id"], df["action"]) if a in review.APPROVABLE]
+questions = pd.Series([a for a in df["action"] if a not in review.APPROVABLE], dtype=object).value_counts()
 CHECKED_KEY = f"rv_checked_{len(ids)}"  # a new count (filters changed) asks again
 
 
@@ -122,10 +126,10 @@ def _report(what: str, out: dict, key: str) -> None:
         _ui.flash("error", f"{len(out['refused'])} refused: " + "; ".join(f"{n} × {w}" for w, n in reasons.items()))
 
 
-def on_approve(decision_ids: list[int]) -> None:
+def on_approve(decision_ids: list[int], bulk: bool = False) -> None:
     # every decision shown, however chosen (the picker's "Select all" too), needs the box ticked: a user test
     # approved them all through "Select all" + "Approve chosen" without it
-    if every_shown(decision_ids) and not st.session_state.get(CHECKED_KEY):
+    if (bulk or every_shown(decision_ids)) and not st.session_state.get(CHECKED_KEY):
         _ui.flash("error", f"Not approved: these are all {len(ids)} decisions shown. Tick \"I have checked all "
                            f"{len(ids)} decisions shown\" first.")
         return
@@ -160,9 +164,11 @@ a = st.columns([1.4, 2, 3, 1.4], vertical_alignment="bottom")
 a[0].button("Approve chosen", type="primary", disabled=not picked or (every and not checked), on_click=on_approve,
             args=(list(picked),), key="rv_approve",
             help="every decision shown is chosen: tick the box above first" if every and not checked else None)
-a[1].button(f"Approve all {len(ids)} shown", on_click=on_approve, args=(ids,), key="rv_approve_all",
-            disabled=not checked)
+a[1].button(f"Approve the {len(answers)} answers shown" if questions.any() else f"Approve all {len(ids)} shown",
+            on_click=on_approve, args=(answers, True), key="rv_approve_all", disabled=not checked or not answers)
 a[2].text_input("Note for the coder", key="rv_note", placeholder="why it goes back (required)")
 a[3].button("Send back chosen", disabled=not picked, on_click=on_send_back, args=(list(picked),), key="rv_back")
-st.caption("Approve all shown approves the filtered set at once; your own decisions (unless an admin allows it), "
-           "flags and skips are refused, each with its reason.")
+left = " and ".join(f"{n} {a}{'s' if n > 1 else ''}" for a, n in questions.items())
+st.caption("Approve all shown approves the filtered set's answers at once"
+           + (f" ({left} shown are questions: code the mention or send it back)" if left else "")
+           + "; your own decisions are refused with the reason, unless an admin allows self-approval.")

@@ -227,6 +227,29 @@ def test_review_queue_filters_approves_sends_back_and_refuses_self_approval(team
     assert not any("sieve" in c.scores for c in sug.candidates)
 
 
+def test_approve_all_approves_the_answers_shown_and_leaves_flags_and_skips_as_questions(team):
+    """A user test: "Approve all shown" also sent the flags and skips shown, and each came back "refused"."""
+    url = team["url"]
+    answered = code_as(url, "zhang", 2)
+    with services.session_scope(url) as s:
+        rest = [m["id"] for m in services.mentions(s, team["bid"]) if m["id"] not in answered][:2]
+        services.record_decision(s, rest[0], "liu", "flag", comment="which side?")
+        services.record_decision(s, rest[1], "liu", "skip")
+    at = app_as("lead1", "review.py")
+    at.multiselect(key="rv_status").set_value([])  # every status: the skip shows too
+    run(at)
+    assert "**4** decision(s) match." in [m.value for m in at.markdown]
+    assert at.button(key="rv_approve_all").label == "Approve the 2 answers shown"
+    assert any("1 flag and 1 skip shown are questions" in c.value for c in at.caption)
+    next(c for c in at.checkbox if c.key.startswith("rv_checked_")).check()
+    run(at)
+    at.button(key="rv_approve_all").click()
+    run(at)
+    assert not at.error, [e.value for e in at.error]  # nothing refused
+    assert [latest(url, m)["review_status"] for m in answered] == ["approved", "approved"]
+    assert [latest(url, m)["review_status"] for m in rest] == ["flagged", "unchecked"]
+
+
 def test_a_sent_back_decision_keeps_its_relationship_unless_the_terms_change(team):
     """A user test: a mention coded "narrower" came back for re-review with "equivalent" as the default, so saving
     the same terms again changed the coding without the coder touching it."""
