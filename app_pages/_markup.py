@@ -324,10 +324,16 @@ def dwell_guard_html(min_seconds: float) -> str:
 def scroll_to_top_html(mention_id: int) -> str:
     """A page script's HTML (_ui.page_script) that scrolls the page (Streamlit's ``stMain``) to the top once per mention
     shown: a rerun keeps the scroll, so after a save at the candidate table the next mention opened half-way
-    down. The same mention drawn again (a term picked) keeps where the coder is."""
+    down. The same mention drawn again (a term picked) keeps where the coder is.
+
+    A sidebar list (vocabulary, batch) that opened this mention gives up the keyboard to it: focus stayed in the
+    list after the pick, so the shortcut keys typed into it and decided nothing (a user test)."""
     return ("<script>const w = window.parent; if (w.__tnTop !== " + json.dumps(str(mention_id)) + ") {"
             " w.__tnTop = " + json.dumps(str(mention_id)) + ";"
-            " const m = w.document.querySelector('[data-testid=\"stMain\"]'); if (m) m.scrollTo(0, 0); }</script>")
+            " const m = w.document.querySelector('[data-testid=\"stMain\"]'); if (m) m.scrollTo(0, 0);"
+            " const a = w.document.activeElement;"
+            " if (a && a.getAttribute('role') === 'combobox' && a.closest('[data-testid=\"stSidebar\"]')) a.blur(); }"
+            "</script>")
 
 
 #: characters of a long document shown around the mention at first (the coding page offers the whole of it)

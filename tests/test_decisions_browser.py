@@ -350,6 +350,26 @@ def test_a_key_pressed_while_another_batch_opens_decides_nothing_unseen(app, pag
         settle(page)
 
 
+def test_a_batch_picked_in_the_sidebar_hands_the_keys_to_its_first_mention(app, page, tmp_path):
+    """A user test: after a pick in the sidebar's list the focus stayed in it, and K (skip) did nothing."""
+    from db import services
+
+    page.goto(app["base"] + f"/?batch={app['first_batch']}")
+    page.wait_for_selector("table.tn-cands")
+    settle(page)
+    page.locator("[data-testid=stSidebar] input[aria-label='Batch']").click()
+    page.get_by_role("option", name=re.compile("two codes")).click()
+    settle(page)
+    with services.session_scope(app["url"]) as s:
+        new = [m["id"] for m in services.mentions(s, app["codes_batch"])]
+    page.wait_for_function("document.activeElement === document.body")  # the list let go of the keyboard
+    assert on_screen(page) in new
+    page.wait_for_timeout(600)  # past the dwell rule (MIN_GAP_S)
+    page.keyboard.press("k")
+    quiet(page, app["url"])
+    assert [(r["mention_id"], r["action"]) for r in decisions(app["url"])] == [(new[0], "skip")]
+
+
 def test_a_key_pressed_twice_keeps_the_coder_on_the_batch(app, page, tmp_path):
     """A user test: A pressed twice with no gap moved the coder to the vocabulary's first batch (3 times in 8 on
     a busy machine), and decisions went there. The likely cause, reasoned and not reproduced here: the sidebar's
