@@ -58,16 +58,18 @@ if ctx.batch_id is not None:
 
 # ---------------------------------------------------------------- filters
 batches = {b["id"]: b["name"] for b in batch_list}
-f = st.columns([2, 2, 2, 2])
+# a row that wraps: in four columns the Status filter cut its two default chips ("flag…") at 1,280 px
+f = st.container(horizontal=True, wrap=True, gap="medium")
 choices = [None] + list(batches)
-batch_pick = f[0].selectbox("Batch", choices, key=f"rv_batch_{ctx.batch_id}",  # follows the sidebar's batch
-                            index=choices.index(ctx.batch_id) if ctx.batch_id in batches else 0,
-                            format_func=lambda b: "every batch" if b is None else batches[b])
-coders = f[1].multiselect("Coders", sorted(set(everything["user"])), key="rv_coders", placeholder="every coder")
+batch_pick = f.selectbox("Batch", choices, key=f"rv_batch_{ctx.batch_id}",  # follows the sidebar's batch
+                          index=choices.index(ctx.batch_id) if ctx.batch_id in batches else 0,
+                          format_func=lambda b: "every batch" if b is None else batches[b], width=220)
+coders = f.multiselect("Coders", sorted(set(everything["user"])), key="rv_coders", placeholder="every coder",
+                       width=220)
 # flagged ones too: a coder's question to a lead must not hide behind a filter
-statuses = f[2].multiselect("Status", list(REVIEW_STATUSES), default=["unchecked", "flagged"], key="rv_status",
-                            placeholder="every status")
-low, high = f[3].slider("Confidence of the suggestion", 0.0, 1.0, (0.0, 1.0), 0.05, key="rv_conf")
+statuses = f.multiselect("Status", list(REVIEW_STATUSES), default=["unchecked", "flagged"], key="rv_status",
+                         placeholder="every status", width=300)
+low, high = f.slider("Confidence of the suggestion", 0.0, 1.0, (0.0, 1.0), 0.05, key="rv_conf", width=240)
 with _ui.session() as s:
     df = review.review_frame(s, vocabulary_id=ctx.vocabulary_id, batch_id=batch_pick, coders=coders,
                              statuses=statuses, min_confidence=low if low > 0 else None,
@@ -160,14 +162,15 @@ picked = st.multiselect("Decisions to act on", ids, format_func=labels.get, key=
                         placeholder="choose decisions, or approve every one shown")
 checked = st.checkbox(f"I have checked all {len(ids)} decisions shown (the table scrolls)", key=CHECKED_KEY)
 every = every_shown(picked)
-a = st.columns([1.4, 2, 3, 1.4], vertical_alignment="bottom")
-a[0].button("Approve chosen", type="primary", disabled=not picked or (every and not checked), on_click=on_approve,
-            args=(list(picked),), key="rv_approve",
-            help="every decision shown is chosen: tick the box above first" if every and not checked else None)
-a[1].button(f"Approve the {len(answers)} answers shown" if questions.any() else f"Approve all {len(ids)} shown",
-            on_click=on_approve, args=(answers, True), key="rv_approve_all", disabled=not checked or not answers)
-a[2].text_input("Note for the coder", key="rv_note", placeholder="why it goes back (required)")
-a[3].button("Send back chosen", disabled=not picked, on_click=on_send_back, args=(list(picked),), key="rv_back")
+# a row that wraps where the labels would not fit: fixed columns cut "Approve the 4 answers sho…" at 1,280 px
+a = st.container(horizontal=True, wrap=True, vertical_alignment="bottom", gap="small")
+a.button("Approve chosen", type="primary", disabled=not picked or (every and not checked), on_click=on_approve,
+         args=(list(picked),), key="rv_approve",
+         help="every decision shown is chosen: tick the box above first" if every and not checked else None)
+a.button(f"Approve the {len(answers)} answers shown" if questions.any() else f"Approve all {len(ids)} shown",
+         on_click=on_approve, args=(answers, True), key="rv_approve_all", disabled=not checked or not answers)
+a.text_input("Note for the coder", key="rv_note", placeholder="why it goes back (required)", width=300)
+a.button("Send back chosen", disabled=not picked, on_click=on_send_back, args=(list(picked),), key="rv_back")
 left = " and ".join(f"{n} {a}{'s' if n > 1 else ''}" for a, n in questions.items())
 st.caption("Approve all shown approves the filtered set's answers at once"
            + (f" ({left} shown are questions: code the mention or send it back)" if left else "")

@@ -26,6 +26,7 @@ import pytest
 from browser import (
     REPO,
     chromium_page,
+    cut_short,
     free_port,
     health_url,
     settle,
@@ -225,6 +226,11 @@ def test_lead_approves_the_shown_decisions(app, page, tmp_path):
     settle(page)
     approve = button(page, "rv_approve_all")
     assert approve.inner_text() == "Approve all 4 shown"
+    for width in (1400, 1100):  # a laptop's window: the actions and the status filter's two chips are not cut
+        page.set_viewport_size({"width": width, "height": 1600})
+        settle(page)
+        assert cut_short(page, "[data-testid=stMain] [data-testid=stButton]") == []
+        assert cut_short(page, "[data-testid=stMain] [data-testid=stMultiSelect]") == []
     approve.click()
     settle(page)
     rows = [r for r in decisions(app["url"]) if r["is_latest"]]
