@@ -91,7 +91,8 @@ with st.sidebar:
     if vocab_ids:
         if ss.get("vocabulary_id") not in vocab_ids:
             ss["vocabulary_id"] = vocab_ids[0]
-        st.selectbox("Vocabulary", vocab_ids, format_func=vocab_names.get, **_bound("_vocabulary", "vocabulary_id"))
+        st.selectbox("Vocabulary", vocab_ids, format_func=vocab_names.get, **_bound("_vocabulary", "vocabulary_id"),
+                     help=f"Every page works on {vocab_names[ss['vocabulary_id']]}")  # the box may cut a long name
         with _ui.session() as s:
             batch_list = services.batches(s, ss["vocabulary_id"])
         batch_ids = [b["id"] for b in batch_list]

@@ -62,6 +62,7 @@ table.tn-cands tr.tn-pick td:first-child{border-left:4px solid #16a34a}
 .tn-new{color:#92400e;background:#fef3c7;border-radius:3px;padding:0 .25rem}
 .tn-keys{font-size:.8rem;color:#6b7280}
 .st-key-_on_screen{display:none}
+[data-testid="stSidebar"] [data-testid="stSelectbox"] input{font-size:.78rem !important}
 [class*="st-key-tn_script_"]{display:none}
 .tn-keys kbd{border:1px solid #d1d5db;border-bottom-width:2px;border-radius:4px;padding:0 4px;font-size:.8rem;background:#fff}
 </style>
