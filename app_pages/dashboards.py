@@ -179,10 +179,12 @@ with c[0]:
     scoring = _jobs.panel(JobRunner(), "dash_score_job", lock=suggest_jobs.lock(vocabulary_id))
     busy = scoring is not None and scoring["state"] not in FINAL  # a second press would only be refused
     if unscored:
-        score_slot.button(f"Score the current engine ({current_version}) on {len(unscored)} gold mentions",
+        # the version in the help: in the label a long version name cut it in half column ("Score the curr…")
+        score_slot.button(f"Score the current engine on {len(unscored)} gold mentions",
                           on_click=score_on_gold, key="dash_score", icon=":material/play_arrow:", disabled=busy,
                           help="A suggestion job of this vocabulary is running (below): score when it has ended."
-                          if busy else None)
+                          if busy else f"The serving version, {current_version}, suggests for each gold mention "
+                                       "in a background job; the chart then shows its accuracy.")
 with c[1]:
     if accuracy is not None and len(accuracy.table):
         cols = [x for x in ("model_version", "n", "accuracy", "micro_f1", "count_accuracy", "recall_at_5")
