@@ -6,6 +6,7 @@ counts the mentions on colleagues' screens).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta, timezone
 
 from sqlalchemy import case, func, insert, select, update
@@ -82,6 +83,7 @@ def import_mentions(s: Session, path, batch_name: str, vocabulary_id: int,
     ``duplicate_of``, unless ``again``.
     """
     read = dbio.read_mentions_report(path)
+    _keep_gold_to_leads(s, read, username)
     if read.good and not again:
         earlier = same_mentions_batch(s, vocabulary_id, [m.text for m in read.good])
         if earlier is not None:
@@ -104,6 +106,25 @@ def import_mentions(s: Session, path, batch_name: str, vocabulary_id: int,
                "notices": [list(n) for n in report.notices[:200]]})
         s.commit()
     return report
+
+
+def _keep_gold_to_leads(s: Session, read: dbio.MentionsRead, username: str | None) -> None:
+    """Gold terms in a file a coder or annotator imports are not taken as right answers: gold trains the engine and
+    measures it, so a lead or an admin imports it. The mentions are imported to be coded, and a notice says so.
+    Without sign-in (the one-coder demo), or without an account named (a script run by IT), the gold is kept."""
+    from db import auth  # db.auth imports db.services, which imports this module
+
+    if not username or not read.gold_from or not auth.auth_enabled():
+        return
+    user = s.scalar(select(User).where(User.username == username.strip()))
+    if user is None or auth.has_role(user.role, "lead"):
+        return
+    n = sum(1 for m in read.good if m.terms)
+    read.good = [replace(m, terms=[]) for m in read.good]
+    read.notices.append(dbio.ImportProblem(
+        read.file, None, f"the gold terms of {read.gold_from} ({n:,} row(s)) were not imported as right answers: "
+                         "only a lead or an admin imports gold; the mentions are imported to be coded"))
+    read.gold_from = ""
 
 
 def free_name(s: Session, vocabulary_id: int, name: str, report: dbio.ImportReport) -> str:

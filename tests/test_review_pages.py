@@ -287,6 +287,31 @@ def test_a_sent_back_decision_keeps_its_relationship_unless_the_terms_change(tea
     assert again["relationship"] == "source-is-narrower-than-target"
 
 
+def test_only_a_lead_imports_a_file_s_terms_as_gold(team):
+    """Gold trains the engine and measures it: a coder's file with a terms column (a re-imported export, say) is
+    imported to be coded, and the page says its terms were not taken; a lead's file keeps them."""
+    url = team["url"]
+    for user, name, ward in (("zhang", "from a coder", "（5病区）"), ("lead1", "from a lead", "（7病区）")):
+        data = f"mention,terms\n胆囊切除{ward},胆囊切除术\n阑尾{ward},\n".encode()
+        at = app_as(user, "import_export.py")
+        at.file_uploader(key="upload").set_value((f"{user}.csv", data, "text/csv"))
+        at.text_input(key="batch_name").set_value(name)
+        run(at)
+        next(b for b in at.button if b.label == "Import").click()
+        run(at)
+        assert any("2 mention(s) imported" in x.value for x in at.success), [w.value for w in at.warning]
+        with services.session_scope(url) as s:
+            bid = next(b["id"] for b in services.batches(s) if b["name"] == name)
+            gold = [services.mention(s, m["id"])["gold_terms"] for m in services.mentions(s, bid)]
+        gold_said = any("Gold terms read from" in i.value for i in at.info)
+        refused = " ".join(t.value.to_string() for t in [*at.table, *at.dataframe])
+        if user == "zhang":
+            assert gold == [[], []] and not gold_said
+            assert "only a lead or an admin imports gold" in refused
+        else:
+            assert gold == [["胆囊切除术"], []] and gold_said
+
+
 def test_a_coder_cannot_open_the_review_or_editions_page(team):
     for page in ("review.py", "editions.py"):
         at = page_as("zhang", page)
