@@ -219,6 +219,24 @@ def find_column(header: list[str], names: tuple[str, ...]) -> int | None:
     return None
 
 
+#: rows above the header read as a sheet's title (one filled cell each: a merged "XX医院手术登记" row), at most
+MAX_TITLE_ROWS = 5
+
+
+def header_index(rows: list) -> int:
+    """Where the header is among a table's first filled ``rows`` (each a list of cells): the first row naming a
+    mention column when only title rows (one filled cell at most) come before it, else 0. A hospital's sheet
+    often carries a title above its header; read as the header, it hid the mention column."""
+    for i, cells in enumerate(rows[:MAX_TITLE_ROWS + 1]):
+        if isinstance(cells, str):  # a row that could not be read
+            return 0
+        if find_column(cells, MENTION_COLUMNS) is not None:
+            return i
+        if sum(1 for c in cells if str(c).strip()) > 1:
+            return 0
+    return 0
+
+
 def text_cell(value, restore: bool) -> tuple[str, set[str]]:
     """A mention cell as text, cleaned (:func:`clean_text`); ``restore``: a spreadsheet's formula mark taken off."""
     text = cell_text(value)

@@ -43,6 +43,7 @@ from db.import_rows import (
     JSON_TEXT_KEYS,
     MAX_DOCUMENT_CHARS,
     MAX_MENTION_CHARS,
+    MAX_TITLE_ROWS,
     MENTION_COLUMNS,
     TERMS_COLUMNS,
     UNBALANCED_QUOTE,
@@ -55,6 +56,7 @@ from db.import_rows import (
     control_notice,
     find_column,
     gold_terms,
+    header_index,
     neutralise_formula,
     restore_formula,
     split_terms,
@@ -262,7 +264,8 @@ def _csv_rows(data: bytes) -> tuple[list[tuple[int, list[str] | str]], set[int]]
     delimiter = max(("\t", ",", ";"), key=first.count) if any(d in first for d in "\t,;") else ","
     per_line = [(n, line_cells(line, delimiter, AGAIN)) for n, line in enumerate(lines, start=1)]
     records = _records(lines, delimiter)
-    header = next((cells for _, _, cells in records or () if any(c.strip() for c in cells)), None)
+    filled = [cells for _, _, cells in records or () if any(c.strip() for c in cells)]
+    header = filled[header_index(filled)] if filled else None  # below a title row or two, if any
     col = find_column(header, MENTION_COLUMNS) if header is not None else None
     if records is None or col is None:
         return per_line, nul_rows  # _from_table reports the header
@@ -325,7 +328,8 @@ def _xlsx_rows(data: bytes):
         for i, ws in enumerate(wb.worksheets):
             ws.reset_dimensions()  # some writers store wrong dimensions; read every row
             texts = ([cell_text(v) for v in r] for r in ws.iter_rows(values_only=True))
-            if find_column(next((c for c in texts if any(c)), []), MENTION_COLUMNS) is not None:
+            first = [c for _, c in zip(range(MAX_TITLE_ROWS + 1), (c for c in texts if any(c)))]
+            if first and find_column(first[header_index(first)], MENTION_COLUMNS) is not None:
                 with_mentions.append(i)
         names = [ws.title for ws in wb.worksheets]  # sheetnames would count chart sheets too
     finally:
@@ -346,6 +350,8 @@ def _from_table(fname, rows, header_problem, nul_rows: Collection[int] = ()) -> 
     if header_problem:
         return _failed(fname, header_problem)
     kept = [(i, c) for i, c in rows if isinstance(c, str) or any(x.strip() for x in c)]  # blank lines are not rows
+    titles = kept[:header_index([c for _, c in kept])]  # a title above the header: named below, not a data row
+    kept = kept[len(titles):]
     # ...but a blank line between the header and the last row is named: it may be a row someone emptied
     blank = [i for i, c in rows if kept and kept[0][0] < i < kept[-1][0] and not isinstance(c, str)
              and not any(x.strip() for x in c)]
@@ -365,6 +371,10 @@ def _from_table(fname, rows, header_problem, nul_rows: Collection[int] = ()) -> 
     tcol = find_column(header, TERMS_COLUMNS)
     dcol = find_column(header, DOCUMENT_COLUMNS)
     out = MentionsRead(fname, n_read=len(rows) - 1)
+    if titles:
+        said = "; ".join(f"row {i}: {' '.join(x for x in c if x.strip())[:60]!r}" for i, c in titles)
+        out.notices.append(ImportProblem(fname, None, f"the header is row {head_row}; the {len(titles)} row(s) "
+                                                      f"above it read as a title, not as mentions ({said})"))
     if blank:
         shown = ", ".join(map(str, blank[:20])) + (f" and {len(blank) - 20} more" if len(blank) > 20 else "")
         out.notices.append(ImportProblem(fname, None, f"{len(blank)} blank row(s) skipped (no cell filled): "

@@ -729,6 +729,39 @@ def test_a_workbook_of_several_sheets_says_which_was_read_and_which_were_left(tm
     assert [n.problem for n in read.notices] == ["sheet '十月' read (the workbook's other sheets have no mention column)"]
 
 
+def test_a_title_row_above_the_header_is_named_and_the_sheet_below_it_imported(tmp_path):
+    """A user test: a workbook whose surgery sheet had a merged title above its header lost that sheet's 10
+    mentions, while the page said the other sheets had no mention column."""
+    wb = openpyxl.Workbook()
+    wb.active.title = "说明"
+    wb.active.append(["每行一个手术名称"])
+    ws = wb.create_sheet("手术")
+    ws.append(["XX医院 2026年11月 手术登记", None, None])  # row 1: a title, merged across the columns
+    ws.merge_cells("A1:C1")
+    ws.append(["编号", "mention", "科室"])  # row 2: the header
+    ws.append([1, "胆囊切除", "普外"])
+    ws.append([None, None, None])
+    ws.append([2, "阑尾切除", "普外"])
+    ws = wb.create_sheet("门诊")
+    ws.append(["mention"])
+    ws.append(["疝修补"])
+    wb.save(tmp_path / "ward.xlsx")
+    read = dbio.read_mentions_report(tmp_path / "ward.xlsx")
+    assert [(m.text, m.row) for m in read.good] == [("胆囊切除", 3), ("阑尾切除", 5)] and read.n_read == 2
+    assert read.sheets_left == ["门诊"]
+    said = [n.problem for n in read.notices]
+    assert "the header is row 2; the 1 row(s) above it read as a title, not as mentions (row 1: 'XX医院 2026年11月 " \
+           "手术登记')" in said
+    assert any(p.startswith("sheet '手术' read; sheet(s) '门诊' also have a mention column") for p in said)
+    # the same in a CSV, and a first row of several filled cells is still the header (none named: refused)
+    (tmp_path / "titled.csv").write_text("手术登记 2026年11月\nmention,terms\n胆囊切除,\n", encoding="utf-8")
+    read = dbio.read_mentions_report(tmp_path / "titled.csv")
+    assert [m.text for m in read.good] == ["胆囊切除"] and read.n_read == 1 and not read.errors
+    (tmp_path / "no_header.csv").write_text("编号,科室\nmention,terms\n胆囊切除,\n", encoding="utf-8")
+    read = dbio.read_mentions_report(tmp_path / "no_header.csv")
+    assert not read.good and read.errors[0].problem.startswith("missing column")
+
+
 def test_an_xlsx_export_names_the_cells_excel_cuts(db):
     """Excel holds 32,767 characters a cell and the XLSX writer cut a longer note there without a word."""
     from db.exports import export_batch
