@@ -17,6 +17,7 @@ from sqlalchemy import insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from db.accounts import acting_user, audit
+from db.batches import REREVIEW
 from db.models import (
     DECISION_ACTIONS,
     RELATIONSHIPS,
@@ -153,11 +154,13 @@ def record_decision(s: Session, mention_id: int, username: str, action: str, ter
         n_shown = SHOWN_CANDIDATES if shown is None else max(0, int(shown))
         shown_terms = list(dict.fromkeys(c.term for c in sug.candidates[:n_shown])) if sug else []
         previous_status = m.status
+        asked = (s.scalar(select(Decision).where(Decision.mention_id == m.id, Decision.is_latest).limit(1))
+                 if previous_status == REREVIEW else None)
         d = Decision(mention_id=m.id, user_id=user.id, suggestion_id=sug.id if sug else None, action=action,
                      terms=terms, term_ids=[rows[t].id for t in terms] if rows else [], codes=chosen_codes,
                      edition=m.batch.vocabulary.edition,
                      relationship=(relationship or default_relationship(terms)) if rows else None,
-                     review_status=REVIEW_AFTER.get(action, "unchecked"),
+                     review_status=REVIEW_AFTER.get(action, "unchecked"), review_note=_answering(asked, terms),
                      comment=(comment or "").strip(), seconds=max(0.0, float(seconds or 0.0)),
                      model_version=sug.model_version if sug else None, is_latest=True)
         s.add(d)
@@ -175,6 +178,18 @@ def record_decision(s: Session, mention_id: int, username: str, action: str, ter
         s.rollback()
         raise
     return d.id
+
+
+def _answering(asked: Decision | None, terms: list[str]) -> str:
+    """The review note of a decision that answers a re-review (``asked``: the decision sent back, None if none):
+    what was asked, and whether the terms changed. A user test saw a disputed code saved again unchanged with one
+    key, and the lead's table showed it as any new decision."""
+    if asked is None:
+        return ""
+    was = " + ".join(asked.terms or []) or asked.action
+    same = bool(terms) and sorted(terms) == sorted(asked.terms or [])
+    return (f"answers the re-review ({asked.review_note or 'sent to re-review'}): "
+            + ("the same terms again" if same else f"was {was}"))
 
 
 def _chosen_code(term: Term, picked: str | None) -> str | None:
