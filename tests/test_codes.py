@@ -125,7 +125,8 @@ def test_decisions_export_the_leaf_and_round_trip(yidu_db, yidu, tmp_path):
     path = tmp_path / "exported.csv"
     path.write_bytes(first)
     with S.session_scope(url) as s:
-        rep = S.import_mentions(s, path, "again", vid, username="alice", again=True)  # the exported batch's mentions
+        S.ensure_user(s, "lead1", role="lead")  # a lead imports gold (a coder's file is imported to be coded)
+        rep = S.import_mentions(s, path, "again", vid, username="lead1", again=True)  # the exported batch's mentions
         assert rep.batch_id and not rep.errors
         again = S.mentions(s, rep.batch_id)
         assert [m["text"] for m in again] == [f"{n}（右）" for n in names]
