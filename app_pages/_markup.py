@@ -399,8 +399,34 @@ _FOCUS_SCROLL = """
 """
 
 
-def focus_scroll_html() -> str:
-    """A page script's HTML (_ui.page_script) installing :data:`_FOCUS_SCROLL` in the app's document (same origin)."""
-    return ("<script>const d = window.parent.document; if (!window.parent.__tnFocus) {"
-            " const s = d.createElement('script'); s.textContent = " + json.dumps(_FOCUS_SCROLL) + ";"
+def _installed_once(code: str, flag: str) -> str:
+    """A page script's HTML (_ui.page_script) adding ``code`` to the app's document (same origin) unless the
+    document's ``window[flag]`` says it is there (the code sets it)."""
+    return ("<script>const d = window.parent.document; if (!window.parent." + flag + ") {"
+            " const s = d.createElement('script'); s.textContent = " + json.dumps(code) + ";"
             " d.head.appendChild(s); }</script>")
+
+
+def focus_scroll_html() -> str:
+    """A page script's HTML installing :data:`_FOCUS_SCROLL` in the app's document."""
+    return _installed_once(_FOCUS_SCROLL, "__tnFocus")
+
+
+#: Esc in a box of the main area (the terms box, the search, the comment) leaves it, so the shortcut keys act
+#: again: a user test picked a term, pressed Esc, and its next keys ("2", "S") went on typing into the box.
+_ESCAPE_LEAVES = """
+(function () {
+  if (window.__tnEscape) return;
+  window.__tnEscape = true;
+  document.addEventListener('keydown', (e) => {
+    const t = e.target;
+    if (e.key !== 'Escape' || !t || (t.tagName !== 'INPUT' && t.tagName !== 'TEXTAREA')) return;
+    if (t.closest('[data-testid="stMain"]')) setTimeout(() => t.blur(), 0);  // after the box closes its list
+  }, true);
+})();
+"""
+
+
+def escape_leaves_html() -> str:
+    """A page script's HTML installing :data:`_ESCAPE_LEAVES` in the app's document."""
+    return _installed_once(_ESCAPE_LEAVES, "__tnEscape")

@@ -36,7 +36,8 @@ MIN_GAP_S = settings.get().min_dwell_s
 
 SHORTCUTS = [("S", "save the terms in the box (accept if unchanged, else correct)"),
              ("A", "accept the engine's terms"), ("X", "reject: no candidate fits"), ("K", "skip"),
-             ("1–5", "relationship"), ("Enter", "in the comment box: flag for a lead")]
+             ("1–5", "relationship"), ("Enter", "in the comment box: flag for a lead"),
+             ("Esc", "leave a box, so the keys act again")]
 # key, FHIR concept-map-relationship code, button label: "the mention ... the term(s)"
 RELATIONSHIP_KEYS = [("1", "equivalent", "1 equivalent"), ("2", "source-is-narrower-than-target", "2 narrower"),
                      ("3", "source-is-broader-than-target", "3 broader"), ("4", "related-to", "4 related"),
@@ -424,6 +425,7 @@ st.text_input("mention on screen", key=ON_SCREEN, label_visibility="collapsed")
 if MIN_GAP_S > 0:  # the same rule in the browser, where the key press happens (app_pages/_markup.py _DWELL_GUARD)
     _ui.page_script(_markup.dwell_guard_html(MIN_GAP_S), "dwell")
 _ui.page_script(_markup.scroll_to_top_html(mid), "top")  # a new mention opens at its top
+_ui.page_script(_markup.escape_leaves_html(), "escape")  # Esc leaves a box: the keys decide again
 if document:  # its document box opens at the definition the engine used (deep in a long note)
     _ui.page_script(_markup.focus_scroll_html(), "focus")
 

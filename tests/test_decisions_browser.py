@@ -202,6 +202,14 @@ def test_enter_after_typing_in_the_terms_box_adds_one_term_not_every_match(app, 
     settle(page)
     after = in_box()
     assert len(after) == len(before) + 1 and after[:len(before)] == before, (before, after)
+    # Esc leaves the box, and the next key saves what it holds (a user test's keys went on typing into it)
+    page.keyboard.press("Escape")
+    page.wait_for_function("document.activeElement === document.body")
+    page.wait_for_timeout(600)  # past the dwell rule (MIN_GAP_S)
+    page.keyboard.press("s")
+    quiet(page, app["url"])
+    saved = [r for r in decisions(app["url"]) if r["mention_id"] == mid]
+    assert len(saved) == 1 and sorted(saved[0]["terms"]) == sorted(after), (saved, after)
 
 
 def test_lead_approves_the_shown_decisions(app, page, tmp_path):
