@@ -325,16 +325,10 @@ def dwell_guard_html(min_seconds: float) -> str:
 def scroll_to_top_html(mention_id: int) -> str:
     """A page script's HTML (_ui.page_script) that scrolls the page (Streamlit's ``stMain``) to the top once per mention
     shown: a rerun keeps the scroll, so after a save at the candidate table the next mention opened half-way
-    down. The same mention drawn again (a term picked) keeps where the coder is.
-
-    A sidebar list (vocabulary, batch) that opened this mention gives up the keyboard to it: focus stayed in the
-    list after the pick, so the shortcut keys typed into it and decided nothing (a user test)."""
+    down. The same mention drawn again (a term picked) keeps where the coder is."""
     return ("<script>const w = window.parent; if (w.__tnTop !== " + json.dumps(str(mention_id)) + ") {"
             " w.__tnTop = " + json.dumps(str(mention_id)) + ";"
-            " const m = w.document.querySelector('[data-testid=\"stMain\"]'); if (m) m.scrollTo(0, 0);"
-            " const a = w.document.activeElement;"
-            " if (a && a.getAttribute('role') === 'combobox' && a.closest('[data-testid=\"stSidebar\"]')) a.blur(); }"
-            "</script>")
+            " const m = w.document.querySelector('[data-testid=\"stMain\"]'); if (m) m.scrollTo(0, 0); }</script>")
 
 
 #: characters of a long document shown around the mention at first (the coding page offers the whole of it)
@@ -412,21 +406,29 @@ def focus_scroll_html() -> str:
     return _installed_once(_FOCUS_SCROLL, "__tnFocus")
 
 
-#: Esc in a box of the main area (the terms box, the search, the comment) leaves it, so the shortcut keys act
-#: again: a user test picked a term, pressed Esc, and its next keys ("2", "S") went on typing into the box.
-_ESCAPE_LEAVES = """
+#: The keyboard back to the shortcut keys: Esc in a box of the main area (the terms box, the search, the comment)
+#: leaves it (a user test picked a term, pressed Esc, and its next keys, "2" and "S", went on typing into the box);
+#: a sidebar list (vocabulary, batch) lets go once its pick closes it (K typed into the list did nothing, whether
+#: or not the pick changed the mention on screen).
+_KEYS_BACK = """
 (function () {
-  if (window.__tnEscape) return;
-  window.__tnEscape = true;
+  if (window.__tnKeys) return;
+  window.__tnKeys = true;
   document.addEventListener('keydown', (e) => {
     const t = e.target;
     if (e.key !== 'Escape' || !t || (t.tagName !== 'INPUT' && t.tagName !== 'TEXTAREA')) return;
     if (t.closest('[data-testid="stMain"]')) setTimeout(() => t.blur(), 0);  // after the box closes its list
   }, true);
+  new MutationObserver((changes) => changes.forEach((c) => {
+    const t = c.target;
+    if (c.oldValue === 'true' && t.getAttribute('aria-expanded') === 'false' && t.getAttribute('role') === 'combobox'
+        && t.closest('[data-testid="stSidebar"]') && document.activeElement === t) setTimeout(() => t.blur(), 0);
+  })).observe(document.body, {subtree: true, attributes: true, attributeFilter: ['aria-expanded'],
+                              attributeOldValue: true});
 })();
 """
 
 
-def escape_leaves_html() -> str:
-    """A page script's HTML installing :data:`_ESCAPE_LEAVES` in the app's document."""
-    return _installed_once(_ESCAPE_LEAVES, "__tnEscape")
+def keys_back_html() -> str:
+    """A page script's HTML installing :data:`_KEYS_BACK` in the app's document."""
+    return _installed_once(_KEYS_BACK, "__tnKeys")

@@ -425,7 +425,7 @@ st.text_input("mention on screen", key=ON_SCREEN, label_visibility="collapsed")
 if MIN_GAP_S > 0:  # the same rule in the browser, where the key press happens (app_pages/_markup.py _DWELL_GUARD)
     _ui.page_script(_markup.dwell_guard_html(MIN_GAP_S), "dwell")
 _ui.page_script(_markup.scroll_to_top_html(mid), "top")  # a new mention opens at its top
-_ui.page_script(_markup.escape_leaves_html(), "escape")  # Esc leaves a box: the keys decide again
+_ui.page_script(_markup.keys_back_html(), "keys")  # Esc, or a sidebar list's pick, gives the keys back
 if document:  # its document box opens at the definition the engine used (deep in a long note)
     _ui.page_script(_markup.focus_scroll_html(), "focus")
 

@@ -371,17 +371,20 @@ def test_a_batch_picked_in_the_sidebar_hands_the_keys_to_its_first_mention(app, 
     page.goto(app["base"] + f"/?batch={app['first_batch']}")
     page.wait_for_selector("table.tn-cands")
     settle(page)
-    page.locator("[data-testid=stSidebar] input[aria-label='Batch']").click()
-    page.get_by_role("option", name=re.compile("two codes")).click()
-    settle(page)
+    first = on_screen(page)
     with services.session_scope(app["url"]) as s:
         new = [m["id"] for m in services.mentions(s, app["codes_batch"])]
-    page.wait_for_function("document.activeElement === document.body")  # the list let go of the keyboard
-    assert on_screen(page) in new
-    page.wait_for_timeout(600)  # past the dwell rule (MIN_GAP_S)
-    page.keyboard.press("k")
-    quiet(page, app["url"])
-    assert [(r["mention_id"], r["action"]) for r in decisions(app["url"])] == [(new[0], "skip")]
+    # the batch on screen picked again (the mention stays), then another batch (a new mention): K skips each
+    for batch, mention in ((re.compile("demo procedures"), first), (re.compile("two codes"), new[0])):
+        page.locator("[data-testid=stSidebar] input[aria-label='Batch']").click()
+        page.get_by_role("option", name=batch).click()
+        settle(page)
+        page.wait_for_function("document.activeElement === document.body")  # the list let go of the keyboard
+        assert on_screen(page) == mention
+        page.wait_for_timeout(600)  # past the dwell rule (MIN_GAP_S)
+        page.keyboard.press("k")
+        quiet(page, app["url"])
+    assert [(r["mention_id"], r["action"]) for r in decisions(app["url"])] == [(first, "skip"), (new[0], "skip")]
 
 
 def test_a_key_pressed_twice_keeps_the_coder_on_the_batch(app, page, tmp_path):
