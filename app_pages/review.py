@@ -88,7 +88,10 @@ def _codes(row) -> str:
 # columns after the terms sit past the table's right edge
 shown = pd.DataFrame({
     "#": df["position"], "mention": df["mention"], "action": df["action"],
-    "terms (code exported)": df.apply(_codes, axis=1), "status": df["review_status"], "confidence": df["confidence"],
+    "terms (code exported)": df.apply(_codes, axis=1),
+    # an answer to a send-back says so where the lead looks first (its note, with what was asked, is further right)
+    "status": [st_ + (" · re-review answer" if str(n).startswith(services.REREVIEW_ANSWER) else "")
+               for st_, n in zip(df["review_status"], df["review_note"])], "confidence": df["confidence"],
     "coder": df["user"], "coder's comment": df["comment"], "relationship": df["relationship"],
     "note": df["review_note"], "batch": df["batch"],
     "edition": ["" if pd.isna(n) else f"{n} ({lab})" if lab else str(n)

@@ -180,6 +180,10 @@ def record_decision(s: Session, mention_id: int, username: str, action: str, ter
     return d.id
 
 
+#: how the review note of a decision answering a re-review starts (the Review page marks its status with it)
+REREVIEW_ANSWER = "answers the re-review"
+
+
 def _answering(asked: Decision | None, terms: list[str]) -> str:
     """The review note of a decision that answers a re-review (``asked``: the decision sent back, None if none):
     what was asked, and whether the terms changed. A user test saw a disputed code saved again unchanged with one
@@ -188,7 +192,7 @@ def _answering(asked: Decision | None, terms: list[str]) -> str:
         return ""
     was = " + ".join(asked.terms or []) or asked.action
     same = bool(terms) and sorted(terms) == sorted(asked.terms or [])
-    return (f"answers the re-review ({asked.review_note or 'sent to re-review'}): "
+    return (f"{REREVIEW_ANSWER} ({asked.review_note or 'sent to re-review'}): "
             + ("the same terms again" if same else f"was {was}"))
 
 

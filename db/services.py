@@ -61,6 +61,7 @@ from db.decisions import (
     MAPS,
     NOT_RELATED,
     PART_RELATIONSHIP,
+    REREVIEW_ANSWER,
     REVIEW_AFTER,
     SHOWN_CANDIDATES,
     SINGLE_RELATIONSHIP,
@@ -116,7 +117,8 @@ __all__ = [
     # db.suggestions
     "latest_suggestion", "latest_suggestion_versions", "store_suggestion", "store_suggestions",
     # db.decisions
-    "MAPS", "NOT_RELATED", "PART_RELATIONSHIP", "REVIEW_AFTER", "SHOWN_CANDIDATES", "SINGLE_RELATIONSHIP", "STATUS_AFTER",
+    "MAPS", "NOT_RELATED", "PART_RELATIONSHIP", "REREVIEW_ANSWER", "REVIEW_AFTER", "SHOWN_CANDIDATES",
+    "SINGLE_RELATIONSHIP", "STATUS_AFTER",
     "NotYourMention", "coded_mentions", "default_relationship", "last_saved", "record_decision",
     "training_pairs_frame",
     # db.auto_coding

@@ -288,8 +288,11 @@ def test_a_sent_back_decision_keeps_its_relationship_unless_the_terms_change(tea
     # the lead sees that the answer to the send-back is the same terms again (a user test: it looked like any other)
     assert again["review_note"] == "answers the re-review (sent back by lead1: which side?): the same terms again"
     lead = app_as("lead1", "review.py")
-    table = next(d.value for d in lead.dataframe if "note" in d.value.columns)  # the decisions, not the claims
-    assert again["review_note"] in set(table["note"])
+    table = next(d.value for d in lead.dataframe if "note" in d.value.columns).set_index("mention")
+    with services.session_scope(url) as s:
+        text = services.mention(s, mid)["text"]
+    assert table.loc[text, "status"] == "unchecked · re-review answer"  # where the lead looks first
+    assert table.loc[text, "note"] == again["review_note"]
 
 
 def test_only_a_lead_imports_a_file_s_terms_as_gold(team):
