@@ -128,6 +128,9 @@ def create_gold_task(s: Session, acting_user: str, name: str, batch_id: int, ann
     batch = s.get(Batch, batch_id)
     if batch is None:
         raise KeyError(f"no batch {batch_id}")
+    same = s.scalar(select(GoldTask.id).where(GoldTask.batch_id == batch_id, GoldTask.name == name).limit(1))
+    if same is not None:  # a double click made two alike tasks, and annotators were sent to do the work twice
+        raise ValueError(f"gold task #{same} of this batch is named {name!r} already: give the new one another name")
     names = list(dict.fromkeys(a.strip() for a in annotators if a and a.strip()))
     users = {u.username: u for u in s.scalars(select(User).where(User.username.in_(names)))}
     bad = [a for a in names if a not in users or users[a].disabled_at is not None
@@ -403,14 +406,20 @@ def disagreement_queue(s: Session, acting_user: str, task_id: int, open_only: bo
     return out.reset_index(drop=True)
 
 
+#: ``adjudicate(seen=...)`` when the caller does not say what gold it saw
+ANY_GOLD = object()
+
+
 def adjudicate(s: Session, acting_user: str, task_id: int, mention_id: int, terms: Sequence[str],
-               comment: str = "") -> int:
+               comment: str = "", seen=ANY_GOLD) -> int:
     """The lead's final answer for a mention of a task (lead only); returns the gold label id.
 
     Replaces any label of the mention in this task (agreed or adjudicated;
     the audit log keeps the previous terms). ``terms`` must be names of the
     batch's vocabulary; empty = no term fits (such a mention is then left out
-    of accuracy).
+    of accuracy). ``seen``: the gold terms the lead's page showed (None: no gold
+    yet); a label that changed since (another lead adjudicated it) is not
+    overwritten: ValueError naming who answered what.
     """
     actor = auth.require(s, acting_user, "lead")
     t = _task(s, task_id)
@@ -419,6 +428,12 @@ def adjudicate(s: Session, acting_user: str, task_id: int, mention_id: int, term
     terms = _clean_terms(terms)
     _check_terms(s, t, terms)
     label = _label(s, task_id, mention_id)
+    if seen is not ANY_GOLD and (None if label is None else sorted(label.terms)) != (
+            None if seen is None else sorted(seen)):
+        by = s.get(User, label.by_id).username if label is not None and label.by_id else "an annotator"
+        now = " + ".join(label.terms) if label is not None and label.terms else "no term fits"
+        raise ValueError(f"{by} adjudicated this mention since your page was drawn ({now}): nothing saved; look "
+                         "at it again and save if you still disagree")
     previous = None if label is None else {"terms": list(label.terms), "source": label.source}
     if label is None:
         label = GoldLabel(task_id=task_id, mention_id=mention_id)

@@ -100,6 +100,10 @@ def test_task_creation_is_validated(world):
             gold.create_gold_task(s, "lead1", "x", world["batch_id"], ["li", "wang"], mode="peek")
         with pytest.raises(KeyError):
             gold.create_gold_task(s, "lead1", "x", 999, ["li", "wang"])
+        # a double click on Create made two alike tasks: the second of one name and batch is refused
+        first = gold.create_gold_task(s, "lead1", "thyroid, May", world["batch_id"], ["li", "wang"])
+        with pytest.raises(ValueError, match=f"gold task #{first} of this batch is named 'thyroid, May' already"):
+            gold.create_gold_task(s, "lead1", " thyroid, May ", world["batch_id"], ["li", "wang"])
 
 
 # ------------------------------------------------------------------ roles, at the function level
