@@ -9,12 +9,18 @@ terms again and writes the GoldLabel (source "adjudicated") and the audit log.
 """
 
 import math
+import time
 
 import pandas as pd
 import streamlit as st
 
 from db import gold, services
 from app_pages import _ui
+from termnorm import settings
+
+#: a Save sooner than this after its mention was drawn is ignored (the coding page's rule): S pressed twice saved the
+#: next mention, unseen, as "no term fits"
+MIN_GAP_S = settings.get().min_dwell_s
 
 FIXED = ("mention_id", "position", "mention", "n_annotators", "n_distinct", "common", "any", "majority", "gold")
 
@@ -107,17 +113,29 @@ def on_pick(term: str) -> None:
         ss[sel_key] = chosen + [term]
 
 
-def on_save() -> None:
-    terms = list(ss.get(sel_key) or [])
+def on_save(task: int, mention_id: int, position: int, seen: list[str] | None) -> None:
+    """Save the box of the mention this button was drawn for (``seen``: the gold the page showed, None: none)."""
+    drawn = ss.get(f"adj_drawn_{task}_{mention_id}")
+    if drawn is None or time.time() - drawn < MIN_GAP_S:
+        _ui.flash("warning", "Ignored a Save that came as the mention was being drawn (a repeated press?): nothing "
+                             "saved; press again if you meant it.")
+        return
+    box = f"adj_terms_{task}_{mention_id}"
+    terms, none_fits = list(ss.get(box) or []), bool(ss.get(f"adj_none_{task}_{mention_id}"))
+    if bool(terms) == none_fits:
+        _ui.flash("error", "Not saved: clear the box or untick \"No term fits\"." if terms else
+                  "Not saved: pick the gold terms, or tick \"No term fits\" if none of the vocabulary fits.")
+        return
     try:
         with _ui.session() as s:
-            gold.adjudicate(s, ctx.username, task_id, mid, terms, ss.get(f"adj_comment_{task_id}_{mid}", ""))
+            gold.adjudicate(s, ctx.username, task, mention_id, terms,
+                            ss.get(f"adj_comment_{task}_{mention_id}", ""), seen=seen)
     except (ValueError, KeyError, PermissionError) as e:
         _ui.flash("error", f"Not saved: {e}")
         return
-    for key in (sel_key, pick_key):
+    for key in (box, f"adj_pick_{task}", f"adj_drawn_{task}_{mention_id}"):
         ss.pop(key, None)
-    _ui.flash("toast", f"#{row['position']} gold: " + (" + ".join(terms) or "no term fits"))
+    _ui.flash("toast", f"#{position} gold: " + (" + ".join(terms) or "no term fits"))
 
 
 # ---------------------------------------------------------------- the mention and the answers side by side
@@ -157,11 +175,15 @@ st.multiselect("Gold answer", options, key=sel_key,
                format_func=lambda x: f"{x}  ·  {', '.join(vocab.codes_of(x))}",
                placeholder="Take an annotator's answer, or search the vocabulary below",
                select_all=False)  # no 'Select N matches': Enter after typing must not add every match
-b = st.columns([1.3, 4])
-b[0].button("Save gold answer", type="primary", shortcut="S", on_click=on_save, key=f"adj_save_{task_id}_{mid}",
-            width="stretch")
-b[1].text_input("Comment", key=f"adj_comment_{task_id}_{mid}", label_visibility="collapsed",
-                placeholder="Why (optional; kept with the gold label)")
+b = st.container(horizontal=True, wrap=True, vertical_alignment="center", gap="small")
+b.button("Save gold answer", type="primary", shortcut="S", on_click=on_save, key=f"adj_save_{task_id}_{mid}",
+         args=(task_id, mid, int(row["position"]), split(row["gold"]) if row["gold"] else None))
+# an empty box is no answer by itself: a single Save on a mention whose annotators shared nothing recorded
+# "no term fits" without the lead saying so
+b.checkbox("No term fits", key=f"adj_none_{task_id}_{mid}", help="none of the vocabulary's terms is right: the "
+           "mention is gold without a term, and left out of accuracy")
+b.text_input("Comment", key=f"adj_comment_{task_id}_{mid}", label_visibility="collapsed", width=360,
+             placeholder="Why (optional; kept with the gold label)")
 
 
 @st.fragment
@@ -178,3 +200,6 @@ for c in [*annotator_cols, "gold"]:
     table[c] = table[c].map(lambda v: "" if v is None else str(v).replace("##", " + "))
 st.dataframe(pd.DataFrame(table), hide_index=True, width="stretch",
              column_config={"position": st.column_config.NumberColumn("#", width="small")})
+
+# drawn to the end: a Save for this mention counts from now (on_save's MIN_GAP_S)
+ss.setdefault(f"adj_drawn_{task_id}_{mid}", time.time())

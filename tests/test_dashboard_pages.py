@@ -282,6 +282,40 @@ def test_adjudicate_side_by_side_and_save(world):
     assert overview["gold"].tolist() == [B, "— open —"]
 
 
+def test_adjudication_refuses_an_empty_box_a_stale_page_and_a_press_as_the_mention_opens(world, monkeypatch):
+    """A user test: Save pressed twice saved the next mention, unseen, as "no term fits"; a single Save on an empty
+    box did the same; a second lead's page drawn before the first lead's answer overwrote it without a word."""
+    mids = world["mentions"]
+    with services.session_scope(world["url"]) as s:
+        tid = gold.create_gold_task(s, "lead1", "t", world["batch_id"], ["li", "wang"])
+    annotate(world["url"], tid, mids, {"li": LI, "wang": WANG})
+
+    def gold_of(mid):
+        with services.session_scope(world["url"]) as s:
+            g = gold.gold_labels(s, "lead1", tid).set_index("mention_id")
+        return (list(g.loc[mid, "terms"]), g.loc[mid, "by"]) if mid in g.index else None
+
+    at = page_as("lead1", "adjudicate.py", vocabulary_id=world["vocabulary_id"])
+    stale = page_as("root", "adjudicate.py", vocabulary_id=world["vocabulary_id"])  # the same mention, drawn now
+    assert at.multiselect(key=f"adj_terms_{tid}_{mids[3]}").value == []  # li and wang share no term
+    press(at, at.button(key=f"adj_save_{tid}_{mids[3]}"))
+    assert any('tick "No term fits"' in e.value for e in at.error) and gold_of(mids[3]) is None
+    at.checkbox(key=f"adj_none_{tid}_{mids[3]}").check()
+    press(at, at.button(key=f"adj_save_{tid}_{mids[3]}"))
+    assert gold_of(mids[3]) == ([], "lead1")
+    stale.multiselect(key=f"adj_terms_{tid}_{mids[3]}").set_value([B])  # li's answer, sent from the old page
+    press(stale, stale.button(key=f"adj_save_{tid}_{mids[3]}"))
+    said = " ".join(e.value for e in stale.error).replace("\\", "")
+    assert "lead1 adjudicated this mention since your page was drawn (no term fits)" in said
+    assert gold_of(mids[3]) == ([], "lead1")  # kept
+    # a Save sooner than a person could read the mention (S pressed twice) is ignored
+    monkeypatch.setenv("TERMNORM_MIN_DWELL_S", "10")
+    at = page_as("lead1", "adjudicate.py", vocabulary_id=world["vocabulary_id"])
+    press(at, button(at, "Use li's answer"))
+    press(at, at.button(key=f"adj_save_{tid}_{mids[5]}"))
+    assert any("Ignored a Save" in w.value for w in at.warning) and gold_of(mids[5]) is None
+
+
 # ------------------------------------------------------------------ dashboards page
 def _sug(mention, ranked, chosen, version):
     cands = [Candidate(i, t, 1.0 - 0.1 * i, {"bm25": 1.0 - 0.1 * i}, []) for i, t in enumerate(ranked)]
