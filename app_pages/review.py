@@ -174,7 +174,7 @@ a.button(f"Approve the {len(answers)} answers shown" if questions.any() else f"A
          on_click=on_approve, args=(answers, True), key="rv_approve_all", disabled=not checked or not answers)
 a.text_input("Note for the coder", key="rv_note", placeholder="why it goes back (required)", width=300)
 a.button("Send back chosen", disabled=not picked, on_click=on_send_back, args=(list(picked),), key="rv_back")
-left = " and ".join(f"{n} {a}{'s' if n > 1 else ''}" for a, n in questions.items())
+left = " and ".join(f"{n} {act}{'s' if n > 1 else ''}" for act, n in questions.items())
 st.caption("Approve all shown approves the filtered set's answers at once"
            + (f" ({left} shown are questions: code the mention or send it back)" if left else "")
            + "; your own decisions are refused with the reason, unless an admin allows self-approval.")
