@@ -116,15 +116,18 @@ with st.sidebar:
                 st.query_params.pop(k, None)
             st.query_params.update(here)
 
+role = user["role"]
+# an annotator lands on Annotate: landing on the coding queue claimed a mention, kept from coders for 15 minutes
+annotating = role == "annotator"
 pages = {"Coding": [
-    st.Page("app_pages/coding_queue.py", title="Coding queue", icon=":material/edit_note:", default=True),
+    st.Page("app_pages/coding_queue.py", title="Coding queue", icon=":material/edit_note:", default=not annotating),
     st.Page("app_pages/import_export.py", title="Import / Export", icon=":material/swap_vert:"),
     st.Page("app_pages/vocabulary_browser.py", title="Vocabulary", icon=":material/menu_book:"),
 ]}
 # only the pages the role allows are offered; each of them checks the role again (_ui.require_role)
-role = user["role"]
 if auth.has_role(role, "annotator"):
-    pages["Gold data"] = [st.Page("app_pages/annotate.py", title="Annotate", icon=":material/rate_review:")]
+    pages["Gold data"] = [st.Page("app_pages/annotate.py", title="Annotate", icon=":material/rate_review:",
+                                  default=annotating)]
 if auth.has_role(role, "lead"):
     pages["Gold data"] += [st.Page("app_pages/gold_tasks.py", title="Gold tasks", icon=":material/fact_check:"),
                            st.Page("app_pages/adjudicate.py", title="Adjudicate", icon=":material/gavel:")]

@@ -282,6 +282,19 @@ def test_adjudicate_side_by_side_and_save(world):
     assert overview["gold"].tolist() == [B, "— open —"]
 
 
+def test_an_annotator_lands_on_annotate_and_claims_no_coding_mention(world):
+    """A user test: annotators signing in landed on the coding queue, which claimed a mention each and kept it
+    from the coders for 15 minutes ("2 other mention(s) on colleagues' screens now")."""
+    at = app_as("li")
+    assert any(m.value == "### Gold annotation" for m in at.markdown)
+    assert not [w for w in at.multiselect if w.key and w.key.startswith("terms_")]  # no coding page drawn
+    with services.session_scope(world["url"]) as s:
+        assert services.claimed_by_others(s, world["batch_id"], "coder1") == 0
+        assert all(services.claimed_by_others(s, b["id"], "coder1") == 0 for b in services.batches(s))
+    coder = app_as("coder1")  # a coder still lands on the coding queue
+    assert [w for w in coder.multiselect if w.key and w.key.startswith("terms_")]
+
+
 def test_adjudication_refuses_an_empty_box_a_stale_page_and_a_press_as_the_mention_opens(world, monkeypatch):
     """A user test: Save pressed twice saved the next mention, unseen, as "no term fits"; a single Save on an empty
     box did the same; a second lead's page drawn before the first lead's answer overwrote it without a word."""
