@@ -144,7 +144,9 @@ def _decide(mention_id: int, action: str, terms=(), comment: str = "", codes=Non
         _ui.flash("warning", f"Ignored a click or key {since_last:.2f} s after the previous decision: nothing saved; "
                              "press again if you meant it.")
         return
-    relationship = (st.session_state.get(rel_key) or default_relationship(terms)) if terms else None
+    # none set: the default record_decision gives, here too (a not-related default must not be taught as a coding)
+    relationship = (st.session_state.get(rel_key) or services.default_relationship(terms, sent_back)) if terms \
+        else None
     if passing_by:
         with _ui.session() as s:
             if not services.claim(s, mention_id, ctx.username):
@@ -164,14 +166,6 @@ def _decide(mention_id: int, action: str, terms=(), comment: str = "", codes=Non
     _forget(mention_id)
     said = "not related to" if relationship == services.NOT_RELATED else action  # not a coding of those terms
     _ui.flash("toast", f"#{current['position']} {said}" + (": " + " + ".join(terms) if terms else ""))
-
-
-def default_relationship(terms: list[str]) -> str | None:
-    """The relationship when the coder sets none: the one coded before for the very terms sent back to re-review
-    (a user test saw "narrower" turn into "equivalent" on a save that changed nothing), else the usual default."""
-    if before and before["terms"] and before.get("relationship") and sorted(terms) == sorted(before["terms"]):
-        return before["relationship"]
-    return services.default_relationship(terms)
 
 
 def _picked_codes(mention_id: int, terms: list[str]) -> dict[str, str]:
@@ -260,11 +254,12 @@ if current.get("status") == "flagged":  # served to leads: the coder's question 
         flag = services.mention(s, mid)["decision"] or {}
     st.info(f"**Flagged by {_ui.md(flag.get('user', '?'))}:** {_ui.md(flag.get('comment') or '(no comment)')}",
             icon=":material/flag:")
-before = None  # the decision sent to re-review, if this mention is back for that
+before = sent_back = None  # the decision sent to re-review, if this mention is back for that; its (terms, relationship)
 if current.get("status") == services.REREVIEW:
     with _ui.session() as s:
         before = services.mention(s, mid)["decision"]
         why = review.rereview_reason(s, mid)
+    sent_back = (before["terms"], before["relationship"]) if before else None
     was = (" · ".join(f"{t} ({c})" if c else t for t, c in zip(before["terms"], before["codes"] + [""] * 9))
            if before and before["terms"] else "—")
     said_rel = {code: label[2:] for _, code, label in RELATIONSHIP_KEYS}.get((before or {}).get("relationship"))
@@ -368,7 +363,7 @@ for term in in_box:
                         unsafe_allow_html=True)
 
 rel = st.session_state.get(rel_key)
-default_rel = default_relationship(in_box)
+default_rel = services.default_relationship(in_box, sent_back)  # a re-review's very terms keep their relationship
 # rows that wrap where the labels would not fit: fixed columns cut them short on a laptop window ("1 equ…")
 rc = st.container(horizontal=True, wrap=True, vertical_alignment="center", gap="small")
 rc.markdown('<div class="tn-keys" title="FHIR concept-map-relationship: equivalent, source-is-narrower-than-'

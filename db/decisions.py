@@ -60,8 +60,13 @@ class NotYourMention(ValueError):
     after the next mention was drawn, or a mention a colleague has claimed since. Nothing is written."""
 
 
-def default_relationship(terms: Sequence[str]) -> str | None:
-    """The FHIR relationship of a mention to ``terms`` when the coder sets none (see PART_RELATIONSHIP)."""
+def default_relationship(terms: Sequence[str], sent_back: tuple[Sequence[str], str | None] | None = None) -> str | None:
+    """The FHIR relationship of a mention to ``terms`` when the coder sets none (see PART_RELATIONSHIP).
+
+    ``sent_back``: the (terms, relationship) of the decision a re-review answers; the very terms again keep its
+    relationship (a user test saw "narrower" turn into "equivalent" on a save that changed nothing)."""
+    if sent_back is not None and sent_back[1] and terms and sorted(terms) == sorted(sent_back[0] or []):
+        return sent_back[1]
     return None if not terms else SINGLE_RELATIONSHIP if len(terms) == 1 else PART_RELATIONSHIP
 
 
@@ -159,7 +164,8 @@ def record_decision(s: Session, mention_id: int, username: str, action: str, ter
         d = Decision(mention_id=m.id, user_id=user.id, suggestion_id=sug.id if sug else None, action=action,
                      terms=terms, term_ids=[rows[t].id for t in terms] if rows else [], codes=chosen_codes,
                      edition=m.batch.vocabulary.edition,
-                     relationship=(relationship or default_relationship(terms)) if rows else None,
+                     relationship=(relationship or default_relationship(
+                         terms, (asked.terms, asked.relationship) if asked else None)) if rows else None,
                      review_status=REVIEW_AFTER.get(action, "unchecked"), review_note=_answering(asked, terms),
                      comment=(comment or "").strip(), seconds=max(0.0, float(seconds or 0.0)),
                      model_version=sug.model_version if sug else None, is_latest=True)

@@ -262,8 +262,9 @@ def test_a_sent_back_decision_keeps_its_relationship_unless_the_terms_change(tea
     run(at)
     first = latest(url, mid)
     assert first["relationship"] == "source-is-narrower-than-target"
+    from db import review
+
     with services.session_scope(url) as s:
-        from db import review
         assert review.send_back(s, [first["id"]], "lead1", "which side?")["sent_back"] == [first["id"]]
     coder = app_as("liu")
     assert on_screen(coder) == mid
@@ -293,6 +294,11 @@ def test_a_sent_back_decision_keeps_its_relationship_unless_the_terms_change(tea
         text = services.mention(s, mid)["text"]
     assert table.loc[text, "status"] == "unchecked · re-review answer"  # where the lead looks first
     assert table.loc[text, "note"] == again["review_note"]
+    # the rule is the database's: an answer recorded without a relationship (the API, a script) keeps it too
+    with services.session_scope(url) as s:
+        review.send_back(s, [again["id"]], "lead1", "still the side?")
+        services.record_decision(s, mid, "liu", "correct", again["terms"])
+    assert latest(url, mid)["relationship"] == "source-is-narrower-than-target"
 
 
 def test_only_a_lead_imports_a_file_s_terms_as_gold(team):
