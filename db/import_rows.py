@@ -227,7 +227,7 @@ def header_index(rows: list) -> int:
     """Where the header is among a table's first filled ``rows`` (each a list of cells): the first row naming a
     mention column when only title rows (one filled cell at most) come before it, else 0. A hospital's sheet
     often carries a title above its header; read as the header, it hid the mention column."""
-    for i, cells in enumerate(rows[:MAX_TITLE_ROWS + 1]):
+    for i, cells in enumerate(rows[:MAX_TITLE_ROWS + 1]):  # the callers pass the first rows only
         if isinstance(cells, str):  # a row that could not be read
             return 0
         if find_column(cells, MENTION_COLUMNS) is not None:

@@ -33,6 +33,7 @@ import io
 import json
 import zipfile
 from collections.abc import Collection
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -264,8 +265,10 @@ def _csv_rows(data: bytes) -> tuple[list[tuple[int, list[str] | str]], set[int]]
     delimiter = max(("\t", ",", ";"), key=first.count) if any(d in first for d in "\t,;") else ","
     per_line = [(n, line_cells(line, delimiter, AGAIN)) for n, line in enumerate(lines, start=1)]
     records = _records(lines, delimiter)
-    filled = [cells for _, _, cells in records or () if any(c.strip() for c in cells)]
-    header = filled[header_index(filled)] if filled else None  # below a title row or two, if any
+    # the first filled rows only: a title row or two may come above the header
+    filled = list(islice((cells for _, _, cells in records or () if any(c.strip() for c in cells)),
+                         MAX_TITLE_ROWS + 1))
+    header = filled[header_index(filled)] if filled else None
     col = find_column(header, MENTION_COLUMNS) if header is not None else None
     if records is None or col is None:
         return per_line, nul_rows  # _from_table reports the header
@@ -328,7 +331,7 @@ def _xlsx_rows(data: bytes):
         for i, ws in enumerate(wb.worksheets):
             ws.reset_dimensions()  # some writers store wrong dimensions; read every row
             texts = ([cell_text(v) for v in r] for r in ws.iter_rows(values_only=True))
-            first = [c for _, c in zip(range(MAX_TITLE_ROWS + 1), (c for c in texts if any(c)))]
+            first = list(islice((c for c in texts if any(c)), MAX_TITLE_ROWS + 1))
             if first and find_column(first[header_index(first)], MENTION_COLUMNS) is not None:
                 with_mentions.append(i)
         names = [ws.title for ws in wb.worksheets]  # sheetnames would count chart sheets too
@@ -350,7 +353,7 @@ def _from_table(fname, rows, header_problem, nul_rows: Collection[int] = ()) -> 
     if header_problem:
         return _failed(fname, header_problem)
     kept = [(i, c) for i, c in rows if isinstance(c, str) or any(x.strip() for x in c)]  # blank lines are not rows
-    titles = kept[:header_index([c for _, c in kept])]  # a title above the header: named below, not a data row
+    titles = kept[:header_index([c for _, c in kept[:MAX_TITLE_ROWS + 1]])]  # named below, not data rows
     kept = kept[len(titles):]
     # ...but a blank line between the header and the last row is named: it may be a row someone emptied
     blank = [i for i, c in rows if kept and kept[0][0] < i < kept[-1][0] and not isinstance(c, str)
