@@ -8,6 +8,8 @@ on the coding page. db.review checks the lead role again and refuses
 approving one's own decision unless an admin allowed it (Users page).
 """
 
+from collections import Counter
+
 import pandas as pd
 import streamlit as st
 
@@ -111,7 +113,7 @@ ids = list(labels)
 # what "approve all" approves: the answers shown; a flag or skip is a question for a lead to code or send back,
 # and a user test saw every one of them come back "refused" after the bulk approve
 answers = [int(i) for i, a in zip(df["decision_id"], df["action"]) if a in review.APPROVABLE]
-questions = pd.Series([a for a in df["action"] if a not in review.APPROVABLE], dtype=object).value_counts()
+questions = Counter(a for a in df["action"] if a not in review.APPROVABLE)
 CHECKED_KEY = f"rv_checked_{len(ids)}"  # a new count (filters changed) asks again
 
 
@@ -170,7 +172,7 @@ a = st.container(horizontal=True, wrap=True, vertical_alignment="bottom", gap="s
 a.button("Approve chosen", type="primary", disabled=not picked or (every and not checked), on_click=on_approve,
          args=(list(picked),), key="rv_approve",
          help="every decision shown is chosen: tick the box above first" if every and not checked else None)
-a.button(f"Approve the {len(answers)} answers shown" if questions.any() else f"Approve all {len(ids)} shown",
+a.button(f"Approve the {len(answers)} answers shown" if questions else f"Approve all {len(ids)} shown",
          on_click=on_approve, args=(answers, True), key="rv_approve_all", disabled=not checked or not answers)
 a.text_input("Note for the coder", key="rv_note", placeholder="why it goes back (required)", width=300)
 a.button("Send back chosen", disabled=not picked, on_click=on_send_back, args=(list(picked),), key="rv_back")
