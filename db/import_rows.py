@@ -135,11 +135,19 @@ def _plural(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
+# What exports and spreadsheets write for an empty cell: such a "mention" would be coded as a term.
+PLACEHOLDERS = frozenset({"null", "none", "nan", "n/a", "#n/a", "na", "nil", "无", "空", "暂无", "不详"})
+
+
 def validate_mention(text) -> str | None:
     """The problem with one mention text, or None if it can be coded."""
     if text is None or not str(text).strip():
         return "empty mention"
     text = str(text).strip()
+    if text.lower() in PLACEHOLDERS:
+        return f"no mention: {text!r} stands for an empty cell"
+    if not re.search(r"[^\W_]", text):
+        return f"no mention: {text!r} holds no letter, digit or character"
     if "\ufffd" in text:
         return UNDECODABLE
     if len(text) > MAX_MENTION_CHARS:

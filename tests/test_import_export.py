@@ -93,6 +93,21 @@ def test_csv_with_good_and_bad_rows(db, tmp_path):
     assert "row 5" in str(rep.errors[2])
 
 
+def test_a_placeholder_for_an_empty_cell_is_rejected_not_coded(db, tmp_path):
+    """A database export writes NULL, a spreadsheet '-' or 无 for an empty cell: coded, each became a term."""
+    s, vid = db
+    path = tmp_path / "export.csv"
+    path.write_text("mention\n胆囊切除\nNULL\n-\n无\nN/A\n—\n卵巢Ca\n2\n", encoding="utf-8")
+    rep = S.import_mentions(s, path, "placeholders", vid)
+    assert problems(rep) == [(3, "no mention: 'NULL' stands for an empty cell"),
+                             (4, "no mention: '-' holds no letter, digit or character"),
+                             (5, "no mention: '无' stands for an empty cell"),
+                             (6, "no mention: 'N/A' stands for an empty cell"),
+                             (7, "no mention: '—' holds no letter, digit or character")]
+    assert [m["text"] for m in S.mentions(s, rep.batch_id)] == ["胆囊切除", "卵巢Ca", "2"]
+    assert (rep.n_read, rep.n_imported, rep.n_rejected) == (8, 3, 5) and adds_up(rep)
+
+
 def test_gb18030_tsv_is_decoded(db, tmp_path):
     s, vid = db
     path = tmp_path / "从Excel导出.tsv"
