@@ -139,11 +139,15 @@ if t["n_to_adjudicate"]:
                icon=":material/gavel:")
 
 with _ui.session() as s:
-    csv = gold.export_gold(s, ctx.username, task_id, "csv")
-    chip = gold.export_gold(s, ctx.username, task_id, "chip-cdn")
+    csv, _ = gold.export_gold(s, ctx.username, task_id, "csv")
+    chip, no_term = gold.export_gold(s, ctx.username, task_id, "chip-cdn")
 d = st.columns([1, 1, 3])
 d[0].download_button("Gold set (CSV)", csv, file_name=f"gold_task_{task_id}.csv", mime="text/csv",
-                     disabled=not t["n_gold"], icon=":material/download:")
+                     disabled=not t["n_gold"], icon=":material/download:",
+                     help="each mention's gold terms and their codes; an empty terms cell: no term fits")
 d[1].download_button("Gold set (CHIP-CDN JSON)", chip, file_name=f"gold_task_{task_id}.json",
                      mime="application/json", disabled=not t["n_gold"], icon=":material/download:",
                      help="the format `termnorm evaluate --test` reads")
+if no_term:
+    d[2].caption(f"The CHIP-CDN file leaves out the {no_term} mention{'s' if no_term > 1 else ''} whose gold is "
+                 "\"no term fits\": the format has no way to say it. The CSV keeps them.")

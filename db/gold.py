@@ -41,18 +41,8 @@ from sqlalchemy.orm import Session
 
 from db import accounts, auth, decisions, vocabularies
 from db import exports
-from db.models import (
-    GOLD_MODES,
-    AuditLog,
-    Batch,
-    GoldAnnotation,
-    GoldAssignment,
-    GoldLabel,
-    GoldTask,
-    Mention,
-    User,
-    utcnow,
-)
+from db.models import (GOLD_MODES, AuditLog, Batch, GoldAnnotation, GoldAssignment, GoldLabel, GoldTask, Mention,
+                       Term, User, utcnow)
 from termnorm import agreement
 
 # Each mention goes to two annotators unless the lead asks for more: two is the least that measures
@@ -448,8 +438,8 @@ def adjudicate(s: Session, acting_user: str, task_id: int, mention_id: int, term
     return label.id
 
 
-GOLD_COLUMNS = ["task_id", "task", "batch_id", "mention_id", "position", "mention", "terms", "source", "by", "at",
-                "comment"]
+GOLD_COLUMNS = ["task_id", "task", "batch_id", "mention_id", "position", "mention", "terms", "codes", "source", "by",
+                "at", "comment"]  # codes: each term's export code, in the terms' order
 
 
 def gold_labels(s: Session, acting_user: str, task_id: int | None = None,
@@ -461,7 +451,8 @@ def gold_labels(s: Session, acting_user: str, task_id: int | None = None,
 
 def gold_frame(s: Session, task_id: int | None = None, vocabulary_id: int | None = None) -> pd.DataFrame:
     q = (select(GoldLabel.task_id, GoldTask.name, GoldTask.batch_id, GoldLabel.mention_id, Mention.position,
-                Mention.text, GoldLabel.terms, GoldLabel.source, User.username, GoldLabel.at, GoldLabel.comment)
+                Mention.text, GoldLabel.terms, GoldLabel.source, User.username, GoldLabel.at, GoldLabel.comment,
+                Batch.vocabulary_id)
          .join(GoldTask, GoldTask.id == GoldLabel.task_id).join(Mention, Mention.id == GoldLabel.mention_id)
          .join(Batch, Batch.id == GoldTask.batch_id).outerjoin(User, User.id == GoldLabel.by_id)
          .order_by(GoldLabel.task_id, Mention.position))
@@ -469,17 +460,24 @@ def gold_frame(s: Session, task_id: int | None = None, vocabulary_id: int | None
         q = q.where(GoldLabel.task_id == task_id)
     if vocabulary_id is not None:
         q = q.where(Batch.vocabulary_id == vocabulary_id)
-    rows = [[*r[:6], list(r[6]), r[7], r[8] or "", r[9], r[10]] for r in s.execute(q)]
+    found = s.execute(q).all()
+    names = {t for r in found for t in r[6]}
+    code = {(v, n): c for v, n, c in s.execute(select(Term.vocabulary_id, Term.name, Term.code).where(
+        Term.vocabulary_id.in_({r[11] for r in found}), Term.name.in_(names)))} if names else {}
+    rows = [[*r[:6], list(r[6]), [code.get((r[11], t)) or "" for t in r[6]], r[7], r[8] or "", r[9], r[10]]
+            for r in found]
     return pd.DataFrame(rows, columns=GOLD_COLUMNS)
 
 
-def export_gold(s: Session, acting_user: str, task_id: int | None, fmt: str = "csv") -> bytes:
+def export_gold(s: Session, acting_user: str, task_id: int | None, fmt: str = "csv") -> tuple[bytes, int]:
     """The gold set as csv / xlsx / jsonl / chip-cdn (``[{"text", "normalized_result"}]``, the format
-    ``termnorm evaluate --test`` reads) -- lead only."""
+    ``termnorm evaluate --test`` reads), and how many labels the file leaves out: "no term fits", which
+    CHIP-CDN cannot say -- lead only."""
     if fmt not in GOLD_EXPORT_FORMATS:
         raise ValueError(f"unknown gold export format {fmt!r}; expected one of {', '.join(GOLD_EXPORT_FORMATS)}")
     df = gold_labels(s, acting_user, task_id)
-    return exports.export_frame(df, fmt, title="termnorm gold", map_id="termnorm-gold")
+    left_out = int((df["terms"].map(len) == 0).sum()) if fmt == "chip-cdn" else 0
+    return exports.export_frame(df, fmt, title="termnorm gold", map_id="termnorm-gold"), left_out
 
 
 def audit_entries(s: Session, acting_user: str, task_id: int) -> pd.DataFrame:

@@ -176,6 +176,11 @@ def test_gold_tasks_page_creates_a_task_and_shows_hand_computed_agreement(world)
     assert pairs.iloc[0]["kappa"] == pytest.approx(11 / 23)
     assert "2 mentions wait for adjudication" in at.warning[0].value
     assert all(m.help for m in at.metric)  # every number says how it was computed
+    assert not any("leaves out" in c.value for c in at.caption)
+    with services.session_scope(world["url"]) as s:  # a "no term fits" gold: the CHIP-CDN file says it leaves it out
+        gold.adjudicate(s, "lead1", t["id"], world["mentions"][3], [])
+    run(at)
+    assert any("CHIP-CDN file leaves out the 1 mention whose gold is \"no term fits\"" in c.value for c in at.caption)
 
 
 # ------------------------------------------------------------------ annotate page

@@ -8,6 +8,8 @@ level (PermissionError), not through hidden buttons.
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 
 import pytest
@@ -209,8 +211,18 @@ def test_agreed_mentions_go_to_gold_and_disagreements_wait_for_the_lead(world):
                                                           "gold_withdrawn": 1, "create_gold_task": 1}
         # CHIP-CDN export: what `termnorm evaluate --test` reads
         import json
-        items = json.loads(gold.export_gold(s, "lead1", tid, "chip-cdn"))
+        data, left_out = gold.export_gold(s, "lead1", tid, "chip-cdn")
+        items = json.loads(data)
         assert {"text": "甲状腺手术6", "normalized_result": f"{A}##{D}"} in items and len(items) == 5
+        assert left_out == 0
+        # "no term fits" is gold the CHIP-CDN file cannot hold: counted out; the CSV keeps it, with each term's code
+        gold.adjudicate(s, "lead1", tid, mids[0], [])
+        data, left_out = gold.export_gold(s, "lead1", tid, "chip-cdn")
+        assert len(json.loads(data)) == 5 and left_out == 1
+        data, left_out = gold.export_gold(s, "lead1", tid, "csv")
+        rows = {r["mention"]: r for r in csv.DictReader(io.StringIO(data.decode("utf-8-sig")))}
+        assert (rows["甲状腺手术1"]["terms"], rows["甲状腺手术1"]["codes"], left_out) == ("", "", 0)
+        assert (rows["甲状腺手术6"]["terms"], rows["甲状腺手术6"]["codes"]) == (f"{A}##{D}", "06.3100##51.2300")
 
 
 def test_annotations_are_checked_and_private(world):
