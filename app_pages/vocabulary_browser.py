@@ -91,8 +91,9 @@ def teach_section() -> None:
 def search_results(query: str) -> str | None:
     """The results table; the term picked in it (None: nothing found)."""
     results = holder.search(query, limit=20)
-    if query.strip() in holder.retired:  # a name or code the edition in force no longer has
-        st.caption(holder.retired[query.strip()])
+    retired = holder.retired.get(query.strip())  # a name or code the edition in force no longer has
+    if retired:
+        st.warning(retired, icon=":material/history:")
     if not results:
         st.caption("No term found.")
         return None
@@ -104,10 +105,14 @@ def search_results(query: str) -> str | None:
                                "term": [c.term for c in results],
                                "found as": [found_tag(c) for c in results]}),
                  hide_index=True, width="stretch", height=min(38 + 35 * len(results), 320))
+    # a retired name's results are other terms like it: none opens until picked (a user read the first as the
+    # retired name's term); a renamed one's successor, found as its synonym, opens
+    stands_in = not retired or getattr(results[0], "found", "") in ("name", "code", "synonym")
     if st.session_state.get("vocab_term_of") != query:  # a new search shows its first result, not the last pick
         st.session_state["vocab_term_of"] = query
-        st.session_state["vocab_term"] = results[0].term
-    return st.selectbox("Term", [c.term for c in results], key="vocab_term")
+        st.session_state["vocab_term"] = results[0].term if stands_in else None
+    return st.selectbox("Term", [c.term for c in results], key="vocab_term",
+                        placeholder="Pick a term like the retired one to open it")
 
 
 q = st.text_input("Search terms, codes, synonyms or abbreviations", key="vocab_q", live=True, type="search",

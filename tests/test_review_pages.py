@@ -393,12 +393,21 @@ def test_a_new_edition_uploaded_on_the_editions_page_sends_the_broken_decisions_
     run(vocab_page)
     found = vocab_page.dataframe[0].value
     assert (found.term.iloc[0], found["found as"].iloc[0]) == (renamed + "（新名）", "synonym")
-    assert any(f"{renamed} (" in c.value and f"renamed in edition 2 (2027): now {renamed}（新名）" in c.value
-               for c in vocab_page.caption), [c.value for c in vocab_page.caption]
+    assert any(f"{renamed} (" in w.value and f"renamed in edition 2 (2027): now {renamed}（新名）" in w.value
+               for w in vocab_page.warning), [w.value for w in vocab_page.warning]
+    assert vocab_page.selectbox(key="vocab_term").value == renamed + "（新名）"  # the successor opens
     vocab_page.text_input(key="vocab_q").set_value(retired)
     run(vocab_page)
-    assert any(c.value.startswith(f"{retired} (") and "retired in edition 2 (2027)" in c.value
-               for c in vocab_page.caption), [c.value for c in vocab_page.caption]
+    assert any(w.value.startswith(f"{retired} (") and "retired in edition 2 (2027)" in w.value
+               for w in vocab_page.warning), [w.value for w in vocab_page.warning]
+    # its results are other terms: none opens as if it were the retired name's (a user test read one so)
+    assert vocab_page.selectbox(key="vocab_term").value is None
+    assert "Codes and hierarchy" not in [h.value for h in vocab_page.subheader]
+    assert retired not in vocab_page.dataframe[0].value.term.tolist()
+    vocab_page.selectbox(key="vocab_term").set_value(vocab_page.dataframe[0].value.term.iloc[1])
+    run(vocab_page)
+    assert [h.value for h in vocab_page.subheader][:2] == ["Codes and hierarchy", "Synonyms"]
+    assert not vocab_page.exception
 
 
 def test_a_lead_sees_who_holds_what_and_releases_it(team):
