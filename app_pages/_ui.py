@@ -156,11 +156,13 @@ HOLDING = "_holding"  # the mention this browser's coding page claimed last (db.
 
 def release_held() -> None:
     """The user leaves the mention on their screen undecided (signs out, switches batch or name): colleagues are
-    served it at once rather than after services.CLAIM_MINUTES."""
+    served it at once rather than after services.CLAIM_MINUTES -- unless the user is signed in in another
+    browser too, which is served the same mention (claims are per user): that one keeps it."""
     mention_id, name = st.session_state.pop(HOLDING, None), (st.session_state.get("username") or "").strip()
     if mention_id and name:
         with session() as s:
-            services.release_claim(s, mention_id, name)
+            if not auth.other_sessions(s, name, st.context.cookies.get(SESSION_COOKIE)):
+                services.release_claim(s, mention_id, name)
 
 
 def sign_out() -> None:

@@ -303,6 +303,18 @@ def session_user(s: Session, token: str | None) -> dict | None:
     return None if u is None or u.disabled_at is not None else _user_dict(u)
 
 
+def other_sessions(s: Session, username: str, token: str | None) -> int:
+    """How many live sessions ``username`` has besides the one ``token`` holds: other browsers signed in."""
+    u = _get(s, username)
+    if u is None:
+        return 0
+    q = select(func.count()).select_from(UserSession).where(
+        UserSession.user_id == u.id, UserSession.revoked_at.is_(None), UserSession.expires_at > utcnow())
+    if isinstance(token, str) and token:
+        q = q.where(UserSession.token_sha256 != _token_sha256(token))
+    return int(s.scalar(q) or 0)
+
+
 def revoke_session(s: Session, token: str, commit: bool = True) -> None:
     if not isinstance(token, str) or not token:
         return

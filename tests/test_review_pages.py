@@ -466,6 +466,24 @@ def test_a_coder_who_leaves_frees_the_mention_on_screen_and_comes_back_to_the_la
     assert fresh.selectbox(key="_batch").value == team["bid"]
 
 
+def test_signing_out_in_one_browser_leaves_the_mention_the_other_browser_shows(team):
+    """Seen in a browser: a coder signed in on two machines signed out on one, and the mention the other showed
+    (claims are per user) went to a colleague while the coder was deciding it."""
+    url = team["url"]
+    with services.session_scope(url) as s:
+        auth.create_session(s, "zhang")  # zhang's other browser, signed in with its cookie
+    at, other = app_as("zhang"), app_as("zhang")
+    held = on_screen(at)
+    assert on_screen(other) == held
+    next(b for b in at.button if b.label == "Sign out").click()
+    run(at)
+    with services.session_scope(url) as s:
+        assert services.next_mention(s, team["bid"], "liu", claim=False)["id"] != held  # still zhang's
+    other.button(key=f"accept_{held}").click()
+    run(other)
+    assert latest(url, held)["action"] == "accept" and on_screen(other) != held
+
+
 def test_a_coder_disabled_while_their_page_is_open_saves_nothing(team):
     """Seen in a browser: an account disabled by an admin could still save the decision on its open page (the
     click's callback ran before the page re-checked who is signed in)."""
