@@ -73,6 +73,9 @@ Rows that change what the candidates carry refit those per outer fold too
 - ``held_15``, ``held_30``  15% / 30% of the training mentions, all those of randomly drawn terms coded twice
                      or more, in one K-fold part per term: real mentions of terms their K-fold history never
                      coded, for the ranker to learn from (``Engine.ranker_training_data(held_terms=...)``);
+- ``english_lists``  English lists of three or more findings sharing a head split (brain, breast, and prostate
+                     cancer → three; termnorm.text.split.english_list); ``dense_english_lists`` with the dense
+                     row's bi-encoder;
 - ``no_documents``   mentions read without their documents (a PubTator set's abstracts: the abbreviations
                      they define are not spelled out, termnorm.context);
 - ``coded_key``      history recall by coded key too (``--history-extras key``:
@@ -154,14 +157,17 @@ ROWS = {
     "name": dict(name_scorer=True),
     "dense_novel_2": dict(dense="dense", novel_weight=2.0),
     "dense_novel_4": dict(dense="dense", novel_weight=4.0),
+    "english_lists": dict(english_lists=True),
+    "dense_english_lists": dict(dense="dense", english_lists=True),
 }
 DEFAULT_ROWS = ("shipped", "ensemble_3", "no_context", "no_part_count", "before")
 #: options of the ranker's training data (what the candidates carry, how many history splits): a row with
 #: any of them gets its own ``ranker_training_data``
 DATA_OPTIONS = ("keyword_features", "surface_diff", "term_classifier", "split", "dense", "bag", "history_extras",
-                "documents", "category_features", "synthetic", "held_terms", "dense_score_only")
+                "documents", "category_features", "synthetic", "held_terms", "dense_score_only", "english_lists")
 #: the data options that build the engine or its mentions, not ranker_training_data's
-BUILD_OPTIONS = ("split", "dense", "history_extras", "documents", "category_features", "dense_score_only")
+BUILD_OPTIONS = ("split", "dense", "history_extras", "documents", "category_features", "dense_score_only",
+                 "english_lists")
 #: the permutation of the training file that cuts outer folds 1-4
 SPLIT_SEED = 2026
 
@@ -231,6 +237,7 @@ def run_fold(name: str, data: str, k: int, seed: int, rows: tuple[str, ...] = DE
     from termnorm.engine import Engine
     from termnorm.evaluate import familiarity_buckets
     from termnorm.loaders import load_labelled, load_vocabulary
+    from termnorm.text import split as split_module
 
     vpath, trpath, tepath, settings = SETS[name]
     data = Path(data)
@@ -248,6 +255,7 @@ def run_fold(name: str, data: str, k: int, seed: int, rows: tuple[str, ...] = DE
         groups.setdefault(tuple(sorted(data_kw.items())), []).append(row)
     for data_kw, group in groups.items():
         t0 = time.perf_counter()
+        split_module.ENGLISH_LISTS = dict(data_kw).get("english_lists", False)  # read by every split_mention
         g_train, g_test = train, test
         if not dict(data_kw).get("documents", True):
             g_train, g_test = ([replace(m, document="") for m in ms] for ms in (train, test))

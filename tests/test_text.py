@@ -294,6 +294,29 @@ def test_split_keeps_whole(text):
     assert split_mention(text) == [normalize(text)]
 
 
+@pytest.mark.parametrize("mention, parts", [
+    ("brain, breast, and prostate cancer", ["brain cancer", "breast cancer", "prostate cancer"]),
+    ("pancreatic, basal cell, colonic, breast, and cervical carcinomas",
+     ["pancreatic carcinomas", "basal cell carcinomas", "colonic carcinomas", "breast carcinomas",
+      "cervical carcinomas"]),
+    ("facial, limb and genital abnormalities", ["facial abnormalities", "limb abnormalities",
+                                                "genital abnormalities"]),
+    ("breast and ovarian cancer", ["breast and ovarian cancer"]),  # two findings: NCBI's syndrome as often
+    ("contractures of the elbows, Achilles tendons and spine",  # a shared start: one finding as often
+     ["contractures of the elbows, achilles tendons and spine"]),
+    ("rare, sex-linked recessive disease", ["rare, sex-linked recessive disease"]),  # commas alone: adjectives
+    ("breast, ovarian and colon cancer syndrome", ["breast, ovarian and colon cancer syndrome"]),  # a known term
+])
+def test_english_lists_of_three_or_more_are_split_when_asked(mention, parts, monkeypatch):
+    from termnorm.text import split
+
+    known = KnownTerms(["Breast, Ovarian and Colon Cancer Syndrome"])
+    monkeypatch.setattr(split, "ENGLISH_LISTS", True)
+    assert split_mention(mention, known) == parts
+    monkeypatch.setattr(split, "ENGLISH_LISTS", False)
+    assert split_mention(mention, known) == [normalize(mention)]
+
+
 def test_split_respects_known_terms():
     known = KnownTerms(["2型糖尿病伴有酮症酸中毒"])
     assert split_mention("2型糖尿病伴有酮症酸中毒") == ["2型糖尿病", "酮症酸中毒"]

@@ -16,7 +16,8 @@ nothing to split). Where it cuts:
   character (a space between Latin words is not a separator); ``/`` only
   between CJK characters. An English-only mention splits only on ``;`` and ``+`` (distributing English
   coordinations, breast and ovarian cancer → breast cancer + ovarian cancer, was measured and left out:
-  NCBI disease cross-validated 0.9174 without, 0.9157 with, sign test p = 0.33).
+  NCBI disease cross-validated 0.9174 without, 0.9157 with, sign test p = 0.33), and with
+  :data:`ENGLISH_LISTS` its lists of three or more findings sharing a head (:func:`english_list`).
 * after ``待查 待诊 查因`` (月经增多原因待查|宫内节育环嵌顿);
 * connectors ``伴有 合并 并发 以及 伴 并 及 和 与 或`` inside a part, when both
   sides have ≥ 2 characters (``MIN_SIDE``), the connector is not inside a
@@ -75,6 +76,10 @@ _SEP_RE = re.compile(
     f"|(?<=[{_CJK}])\\s+|\\s+(?=[{_CJK}])"
 )
 _EN_SEP_RE = re.compile(r"[;+]+")
+_EN_LIST_RE = re.compile(r"\s*,?\s+(?:and/or|and|or)\s+")
+#: distribute English lists of three or more findings sharing a head (:func:`english_list`); the two-finding
+#: coordination (breast and ovarian cancer) is never split: NCBI codes it as one syndrome as often as two
+ENGLISH_LISTS = False
 _BRACKETS = {ord(c): "(" for c in "【〔〖［｛[{"} | {ord(c): ")" for c in "】〕〗］｝]}"}
 _CONNECTOR_RE = re.compile("|".join(CONNECTORS))
 _CUT_RE = re.compile("(?P<after>" + "|".join(CUT_AFTER) + ")|" + "|".join(CONNECTORS))
@@ -151,7 +156,8 @@ def split_mention(text: str, known_terms: "Collection[str] | KnownTerms | None" 
     for piece in pieces:
         p = _strip(normalize(piece))
         if p:
-            parts.extend(_split_connectors(p, known_terms, tagger))
+            parts.extend(_split_connectors(p, known_terms, tagger) if has_cjk(p) or not ENGLISH_LISTS
+                         else english_list(p, known_terms))
     parts = _tidy(parts)
     return parts if len(parts) > 1 else [whole]
 
@@ -187,6 +193,24 @@ def _split_connectors(p: str, known: KnownTerms | None, tagger) -> list[str]:
         last = b
     out.append(p[last:])
     return out
+
+
+def english_list(p: str, known: KnownTerms | None = None) -> list[str]:
+    """The findings of an English list of three or more sharing a head (``p`` normalized), the head given to
+    each: ``brain, breast, and prostate cancer`` → brain cancer, breast cancer, prostate cancer. Each earlier
+    item is one or two words (adjectives, ``basal cell``); a list with a shared start instead (``contractures
+    of the elbows, spine and hips``) names one finding in NCBI's coding as often as several: left whole, as is a
+    known term and anything else."""
+    if known is not None and p in known.whole:
+        return [p]
+    segments = _EN_LIST_RE.split(p)
+    if len(segments) != 2 or "," in segments[1]:
+        return [p]
+    earlier = [c.split() for c in segments[0].split(",")]
+    last = segments[1].split()
+    if len(earlier) < 2 or len(last) < 2 or any(not 1 <= len(c) <= 2 for c in earlier):
+        return [p]
+    return [" ".join(c if c[-1] == last[-1] else c + last[1:]) for c in earlier] + [" ".join(last)]
 
 
 def _strip(q: str) -> str:
