@@ -113,7 +113,8 @@ counts = st.container(horizontal=True, wrap=True, gap="small")  # wraps, rather 
 for label, key in [("accepted", "accepted"), ("corrected", "corrected"), ("rejected candidates", "rejected_candidate"),
                    ("new synonyms", "synonym"), ("all pairs", "total"), ("labelled mentions", "labelled")]:
     counts.metric(label, new.get(key, 0), width="stretch", help="imported with their gold terms, on the training "
-                  "side; no decision made them, so they are not pairs" if key == "labelled" else None)
+                  "side; no decision made them, so they are not pairs" if key == "labelled" else
+                  "training pairs (mention, term): a decision with two terms makes two")
 
 # ---------------------------------------------------------------- retraining job
 fitted = [v for v in registry.versions() if not v.get("shipped")]
@@ -202,15 +203,21 @@ if not any(v.get("shipped") for v in versions):  # not measured yet, but it serv
                         "is_current": registry.current_version() is None, "created": ""})
 
 
+def _cell(x, fmt: str = "") -> str:
+    """A table cell as text, "" when not measured: a column of numbers with gaps showed "None" in them."""
+    return "" if x is None else format(x, fmt)
+
+
 def _row(v: dict) -> dict:
     g, m = v.get("gate") or {}, v.get("metrics") or {}
     return {"version": v["version"] + (" (shipped)" if v.get("shipped") else ""),
-            "serving": "●" if v["is_current"] else "", "created": v.get("created", ""),
-            "held-out accuracy": m.get("accuracy"), "held-out n": m.get("n"),
-            "compared with": g.get("current_version") or "", "its accuracy": g.get("current"),
-            "right only with this": g.get("only_candidate"), "right only with the other": g.get("only_current"),
-            "sign test p": g.get("sign_p"), "gate": (_verdict(g).split(":")[0] if g else ""),
-            "status": v.get("status", ""), "trained on": (v.get("train") or {}).get("n_train")}
+            "serving": "●" if v["is_current"] else "", "created": v.get("created") or "",
+            "held-out accuracy": _cell(m.get("accuracy"), ".3f"), "held-out n": _cell(m.get("n")),
+            "compared with": g.get("current_version") or "", "its accuracy": _cell(g.get("current"), ".3f"),
+            "right only with this": _cell(g.get("only_candidate")),
+            "right only with the other": _cell(g.get("only_current")),
+            "sign test p": _cell(g.get("sign_p"), ".3g"), "gate": (_verdict(g).split(":")[0] if g else ""),
+            "status": v.get("status") or "", "trained on": _cell((v.get("train") or {}).get("n_train"))}
 
 
 st.dataframe(pd.DataFrame([_row(v) for v in reversed(versions)]), hide_index=True, width="stretch")

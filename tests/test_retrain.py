@@ -151,6 +151,11 @@ def test_training_page_retrains_in_the_background_and_registers_a_gated_version(
     assert list(versions["version"])[:2] == [v2, world["v1"]]
     assert versions["gate"].iloc[0] == "✗ refused"
     assert versions["serving"].tolist()[:2] == ["", "●"]
+    assert versions["held-out accuracy"].iloc[0] == f"{m['accuracy']:.3f}"
+    # what was not measured is blank, not "None" (v1 was registered without a gate)
+    assert not versions.isna().any().any() and "None" not in versions.astype(str).values
+    counts = [met for met in at.metric if met.label in ("accepted", "corrected", "all pairs", "labelled mentions")]
+    assert len(counts) == 4 and all(met.help for met in counts)  # each count says what it counts
 
     # the new version answers, and its suggestions say so, also once stored in the database
     eng = reg.load(v2)
