@@ -121,6 +121,8 @@ def test_model_accuracy_by_hand():
     assert t.loc["v2", "accuracy"] == pytest.approx(0.75)
     assert t.loc["v2", "micro_f1"] == pytest.approx(8 / 9)
     assert res.summary == {"n": 8, "best": "v2"}
+    assert '1 whose gold is "no term fits" left out' in res.how  # the skipped row is said, not silently dropped
+    assert "left out" not in model_accuracy(GOLD[GOLD["gold_terms"].map(len) > 0]).how
 
 
 def test_errors_by_chapter_and_vocabulary_levels():

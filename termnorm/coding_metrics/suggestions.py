@@ -119,8 +119,11 @@ def model_accuracy(frame: pd.DataFrame, gold_col: str = "gold_terms", predicted_
         if rows else pd.DataFrame(columns=cols)
     if len(table):
         table["n"] = table["n"].astype(int)
+    n_none = int((~keep).sum())  # "no term fits" gold: an engine always proposes a term, so it is left out, said
     how = (f"Per {by}, on {len(gold)} mentions with gold terms: accuracy = share whose predicted set equals the gold "
-           f"set; micro-F1 over (mention, term) pairs")
+           f"set; micro-F1 over (mention, term) pairs"
+           + (f". {n_none} whose gold is \"no term fits\" left out: the engine always proposes a term" if n_none
+              else ""))
     best = table.sort_values("accuracy", ascending=False).iloc[0][by] if len(table) else None
     return Numbers(table, how, {"n": len(gold), "best": best})
 
