@@ -277,6 +277,10 @@ if spelled != text:
         else "abbreviation spelled out"
     _ui.markup(f'<div class="tn-keys" data-testid="tn-spelled-out">read as: <b>{_ui.esc(spelled)}</b> '
                f"({why})</div>")
+also = reading.recall_reading(holder.engine, spelled)
+if also:  # the abbreviation lists and the built-in Chinese short forms: recalled as written and spelled out
+    _ui.markup(f'<div class="tn-keys" data-testid="tn-also-read">also read as: <b>{_ui.esc(also)}</b> '
+               "(short forms spelled out)</div>")
 if document:
     with st.expander(f"The document mention #{current['position']} was found in"):  # closed for each mention
         marks = [text, *(x for pair in used for x in pair)]
@@ -295,7 +299,7 @@ _ui.markup(_ui.legend_html(kinds={sp.kind for sp in sug.keywords}
 
 # ---------------------------------------------------------------- what the engine proposes
 # the marks compare the terms with the mention as the engine read it (卵巢Ca术后: 恶性肿瘤, not Ca)
-read_kw = holder.tag(spelled) if spelled != text else sug.keywords
+read_kw = holder.tag(also or spelled) if (also or spelled) != text else sug.keywords
 why = explain.evidence(holder.engine, spelled, sug.candidates, read_kw)  # what each candidate rests on
 # terms that share nothing with the mention (a string of digits, a word of no procedure) are shown, not put in
 # the box: Save on a box the coder did not fill must not record a guess (the evidence's "shares nothing")

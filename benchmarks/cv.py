@@ -76,6 +76,7 @@ Rows that change what the candidates carry refit those per outer fold too
 - ``english_lists``  English lists of three or more findings sharing a head split (brain, breast, and prostate
                      cancer → three; termnorm.text.split.english_list); ``dense_english_lists`` with the dense
                      row's bi-encoder;
+- ``short_forms``    the built-in Chinese short forms read by the recall (上感 → 上呼吸道感染; termnorm.text.short_forms);
 - ``no_documents``   mentions read without their documents (a PubTator set's abstracts: the abbreviations
                      they define are not spelled out, termnorm.context);
 - ``coded_key``      history recall by coded key too (``--history-extras key``:
@@ -159,15 +160,17 @@ ROWS = {
     "dense_novel_4": dict(dense="dense", novel_weight=4.0),
     "english_lists": dict(english_lists=True),
     "dense_english_lists": dict(dense="dense", english_lists=True),
+    "short_forms": dict(short_forms=True),
 }
 DEFAULT_ROWS = ("shipped", "ensemble_3", "no_context", "no_part_count", "before")
 #: options of the ranker's training data (what the candidates carry, how many history splits): a row with
 #: any of them gets its own ``ranker_training_data``
 DATA_OPTIONS = ("keyword_features", "surface_diff", "term_classifier", "split", "dense", "bag", "history_extras",
-                "documents", "category_features", "synthetic", "held_terms", "dense_score_only", "english_lists")
+                "documents", "category_features", "synthetic", "held_terms", "dense_score_only", "english_lists",
+                "short_forms")
 #: the data options that build the engine or its mentions, not ranker_training_data's
 BUILD_OPTIONS = ("split", "dense", "history_extras", "documents", "category_features", "dense_score_only",
-                 "english_lists")
+                 "english_lists", "short_forms")
 #: the permutation of the training file that cuts outer folds 1-4
 SPLIT_SEED = 2026
 
@@ -237,6 +240,7 @@ def run_fold(name: str, data: str, k: int, seed: int, rows: tuple[str, ...] = DE
     from termnorm.engine import Engine
     from termnorm.evaluate import familiarity_buckets
     from termnorm.loaders import load_labelled, load_vocabulary
+    from termnorm.text import short_forms
     from termnorm.text import split as split_module
 
     vpath, trpath, tepath, settings = SETS[name]
@@ -253,9 +257,12 @@ def run_fold(name: str, data: str, k: int, seed: int, rows: tuple[str, ...] = DE
     for row in rows:
         data_kw = {**defaults, **{o: v for o, v in ROWS[row].items() if o in DATA_OPTIONS}}
         groups.setdefault(tuple(sorted(data_kw.items())), []).append(row)
+    switches = (split_module.ENGLISH_LISTS, short_forms.ENABLED)
     for data_kw, group in groups.items():
         t0 = time.perf_counter()
-        split_module.ENGLISH_LISTS = dict(data_kw).get("english_lists", False)  # read by every split_mention
+        # module switches, read by every split_mention and by the recall's variants; a row without them: defaults
+        split_module.ENGLISH_LISTS = dict(data_kw).get("english_lists", switches[0])
+        short_forms.ENABLED = dict(data_kw).get("short_forms", switches[1])
         g_train, g_test = train, test
         if not dict(data_kw).get("documents", True):
             g_train, g_test = ([replace(m, document="") for m in ms] for ms in (train, test))

@@ -3,7 +3,9 @@
 The engine a vocabulary gets before any decision (db.serving.shipped_engine: the lexical pipeline with the
 cold-start ranker of its domain; built-in keywords, no keyword folder, no training file) suggests for the
 official held-out file; against it, the recall order alone (the same engine without the ranker). Every
-mention is on day one a mention of a never-coded term. Exact-set accuracy and micro-F1 (CHIP-CDN's metric)
+mention is on day one a mention of a never-coded term. The cold-start engine once more with the built-in
+Chinese short forms read (termnorm.text.short_forms: 上感 → 上呼吸道感染), with the sign test against it without
+them. Exact-set accuracy and micro-F1 (CHIP-CDN's metric)
 go to ``benchmarks/results/day_one.json``. Issue 26's day-one measurement: what vocabulary-side learning
 must raise.
 
@@ -45,6 +47,8 @@ def main(argv=None) -> int:
     from termnorm.engine import Engine
     from termnorm.evaluate import accuracy_by_familiarity, evaluate_predictions
     from termnorm.loaders import load_labelled, load_vocabulary
+    from termnorm.stats import sign_test
+    from termnorm.text import short_forms
 
     data, out = Path(args.data), {}
     for name in args.sets.split(","):
@@ -55,12 +59,17 @@ def main(argv=None) -> int:
                 if m.terms and all(t in vocab for t in m.terms)]
         res = {"vocabulary_names": len(vocab), "mentions": len(held)}
         coded = [m.terms for m in load_labelled(data / TRAIN[name], vocab).mentions]
-        rows = (("recall_order", lambda: Engine(vocab)), ("shipped_cold_start", lambda: shipped_engine(vocab, [])))
-        for row, build in rows:
+        rows = (("recall_order", lambda: Engine(vocab), False),
+                ("shipped_cold_start", lambda: shipped_engine(vocab, []), False),
+                ("shipped_cold_start_short_forms", lambda: shipped_engine(vocab, []), True))
+        right = {}
+        for row, build, reads_short_forms in rows:
             t0 = time.perf_counter()
+            short_forms.ENABLED = reads_short_forms
             eng = build()
             chosen = [s.chosen for s in eng.suggest_batch([m.text for m in held])]
             gold = [m.terms for m in held]
+            right[row] = [set(c) == set(g) for c, g in zip(chosen, gold)]
             got = evaluate_predictions(gold, chosen, None)
             fam = accuracy_by_familiarity(coded, gold, chosen)
             res[row] = {"accuracy": round(float(got["accuracy"]), 4), "micro_f1": round(float(got["micro_f1"]), 4),
@@ -70,6 +79,8 @@ def main(argv=None) -> int:
             buckets = " ".join(f"{b} {v['accuracy']:.3f} (n={v['n']})" for b, v in fam.items() if v["n"])
             print(f"{name} {row:20s} accuracy {got['accuracy']:.4f} micro-F1 {got['micro_f1']:.4f} "
                   f"({res[row]['seconds']} s); by familiarity {buckets}", flush=True)
+        res["short_forms_vs_not"] = sign_test(right["shipped_cold_start_short_forms"], right["shipped_cold_start"])
+        print(f"{name} short forms read vs not: {res['short_forms_vs_not']}", flush=True)
         out[name] = res
     write_json(Path(args.out), {"command": "python3 benchmarks/day_one.py " + " ".join(argv or sys.argv[1:]),
                                 "results": out})

@@ -44,6 +44,17 @@ def spelled_out(engine, mention: str) -> str:
     return mention if expanded == n else expanded
 
 
+def recall_reading(engine, mention: str) -> str | None:
+    """How the recall also reads ``mention``: with the keyword folder's abbreviations and the built-in Chinese
+    short forms spelled out (晚孕(上感) -> 晚期妊娠(上呼吸道感染), termnorm.text.short_forms); None when it has
+    none. The coding page shows it beside the mention."""
+    from termnorm.recall.union import ABBR
+
+    union = getattr(engine, "union", None)
+    got = [text for text, key in union.variants(mention) if key == ABBR] if union is not None else []
+    return got[0] if got else None
+
+
 def surfaces(engine) -> frozenset[str]:
     """The vocabulary's names and synonyms, normalized (built once per engine)."""
     got = getattr(engine, "_surface_set", None)

@@ -461,6 +461,23 @@ def test_an_abbreviation_in_a_mention_is_spelled_out_and_shown(db_url):
     assert "kw-mismatch" not in pick
 
 
+def test_a_chinese_short_form_is_recalled_spelled_out_and_shown(db_url, monkeypatch):
+    """Clinical notes write 房颤 for 心房颤动: the recall reads the built-in short forms and the page says so."""
+    from termnorm.text import short_forms
+
+    monkeypatch.setattr(short_forms, "ENABLED", True)
+    start()
+    bid = add_batch(db_url, ["阵发性房颤"], name="short forms", vocabulary="demo-diagnoses")
+    at = start(batch=bid)
+    mid = current_id(at)
+    assert suggestion(db_url, mid).chosen == ["阵发性心房颤动"]
+    shown = [m.value for m in at.markdown if "tn-also-read" in m.value]
+    assert len(shown) == 1 and "also read as: <b>阵发性心房颤动</b> (short forms spelled out)" in shown[0]
+    table = next(m.value for m in at.markdown if "tn-cands" in m.value)
+    pick = next(row for row in table.split("<tr") if 'class="tn-pick"' in row)
+    assert "kw-mismatch" not in pick and "lacks" not in pick  # compared with the mention as read
+
+
 def test_a_mention_is_read_in_the_note_it_came_from(db_url):
     """PAF alone means nothing to the engine; the note it came from defines it (阵发性心房颤动（PAF）): the
     suggestion follows the note, the page says how the mention was read and shows the note."""

@@ -337,3 +337,42 @@ def test_split_respects_known_terms():
 def test_an_expansion_is_not_said_twice(written, read):
     table = Abbreviations({"tha": "全髋关节置换术", "dixon": "直肠切除术"})
     assert table.expand(normalize(written)) == normalize(read)
+
+
+# ------------------------------------------------------------------ Chinese short forms
+def test_short_forms_are_spelled_out_only_where_they_stand_alone():
+    from termnorm.text.short_forms import ShortForms, table
+
+    sf = ShortForms(["心房颤动", "脑梗死", "乳房早发育", "乙肝恢复期"], {**table(), "房早": "房性期前收缩"})
+    n = normalize
+    assert sf.expand(n("晚孕(上感)")) == "晚期妊娠(上呼吸道感染)"
+    assert sf.found(n("晚孕(上感)")) == [("晚孕", "晚期妊娠"), ("上感", "上呼吸道感染")]
+    assert sf.expand(n("阵发性房颤")) == "阵发性心房颤动"
+    assert sf.expand(n("心房颤动")) == n("心房颤动")  # 房颤 inside a name holding it
+    assert sf.expand(n("乳房早发育")) == n("乳房早发育")  # 房早 too
+    assert sf.expand(n("乙肝恢复期")) == n("乙肝恢复期") and sf.expand(n("慢性乙肝")) == "慢性乙型病毒性肝炎"
+    assert sf.expand(n("多发脑梗死")) == n("多发脑梗死")  # the full form written already
+    assert sf.expand(n("上呼吸道感染(上感)")) == n("上呼吸道感染(上感)")
+    assert sf.expand(n("慢性心衰竭")) == "慢性心力衰竭"  # the 竭 not said twice
+    assert sf.expand("copd") == "copd" and sf.found("copd") == []  # Latin short forms are the lists'
+
+
+def test_the_recall_reads_short_forms_when_switched_on(monkeypatch):
+    from termnorm.engine import Engine
+    from termnorm.text import short_forms
+
+    v = Vocabulary(name="diagnoses", language="zh")
+    for code, name in [("J06.9", "急性上呼吸道感染"), ("F39", "心境[情感]障碍"), ("O26.9", "妊娠相关情况"),
+                       ("I48", "阵发性心房颤动"), ("I25.1", "冠状动脉粥样硬化性心脏病"), ("I20.0", "不稳定型心绞痛")]:
+        v.add_term(name, [code])
+    monkeypatch.setattr(short_forms, "ENABLED", False)
+    off = Engine(v)
+    assert off.union.variants("冠心病") == [] and not any("_abbr" in k for k in off.suggest("冠心病").candidates[0].scores)
+    monkeypatch.setattr(short_forms, "ENABLED", True)
+    eng = Engine(v)
+    assert eng.union.variants("冠心病") == [("冠状动脉粥样硬化性心脏病", "_abbr")]
+    top = eng.suggest("冠心病").candidates[0]
+    assert top.term == "冠状动脉粥样硬化性心脏病" and top.scores["tfidf_abbr"] == pytest.approx(1.0, abs=1e-3)
+    cands = eng.suggest("晚孕(上感)").candidates  # read as 晚期妊娠(上呼吸道感染): that name matches best
+    best = max(cands, key=lambda c: c.scores.get("tfidf_abbr", 0.0))
+    assert best.term == "急性上呼吸道感染" and best.scores["tfidf_abbr"] > best.scores.get("tfidf", 0.0)

@@ -10,6 +10,7 @@ from termnorm.text.normalize import normalize
 from termnorm.vocabulary import Vocabulary
 
 from termnorm.text.normalize import Abbreviations
+from termnorm.text import short_forms
 from termnorm.text.split import KnownTerms, split_mention
 
 PART, ABBR = "_part", "_abbr"
@@ -173,16 +174,35 @@ class UnionRecaller(Recaller):
     def variants(self, query: str) -> list[tuple[str, str]]:
         """``(text, key suffix)`` to recall besides the query itself: expanded form, parts."""
         out: list[tuple[str, str]] = []
+        short = self.short_forms()
+        n = expanded = normalize(query)
         if self.abbreviations is not None:
-            n = normalize(query)
             expanded = self.abbreviations.expand(n)
-            if expanded != n:
-                out.append((expanded, ABBR))
+        if expanded != n:
+            out.append((expanded, ABBR))
         if self.split:
             parts = split_mention(query, self._known)
             if len(parts) > 1:
                 out.extend((p, PART) for p in parts)
+        if short is not None:  # the short forms: the whole and, split, each part spelled out (冠心病;高血压)
+            spelled = short.expand(expanded)
+            if spelled != expanded:
+                out = [v for v in out if v[1] != ABBR] + [(spelled, ABBR)]
+                if self.split:
+                    had = {p for p, key in out if key == PART}
+                    out.extend((p, PART) for p in split_mention(spelled, self._known) if p not in had)
         return out
+
+    def short_forms(self):
+        """The built-in Chinese short forms (termnorm.text.short_forms), guarded by this vocabulary's names;
+        None for another language, before :meth:`fit`, or with ``short_forms.ENABLED`` off."""
+        vocab = getattr(self, "vocab", None)
+        if not short_forms.ENABLED or vocab is None or getattr(vocab, "language", None) != "zh":
+            return None
+        got = self.__dict__.get("_short_forms")
+        if got is None or got[0] is not vocab:  # built once per vocabulary (0.5 s for 40,000 names)
+            got = self._short_forms = (vocab, short_forms.ShortForms(vocab.names))
+        return got[1]
 
     def key_hits(self, queries: list[str], k: Mapping[str, int] | None = None) -> list[dict[str, list[Hits]]]:
         """Every strategy key's hit lists per query: ``{"tfidf": [hits], "tfidf_part": [hits, hits], ...}``.
