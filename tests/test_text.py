@@ -371,6 +371,8 @@ def test_the_recall_reads_short_forms_when_switched_on(monkeypatch):
     monkeypatch.setattr(short_forms, "ENABLED", True)
     eng = Engine(v)
     assert eng.union.variants("冠心病") == [("冠状动脉粥样硬化性心脏病", "_abbr")]
+    parts = [v for v in eng.union.variants("冠心病;不稳定型心绞痛") if v[1] == "_part"]  # each part read too
+    assert [p for p, _ in parts] == ["冠心病", "不稳定型心绞痛", "冠状动脉粥样硬化性心脏病"]
     top = eng.suggest("冠心病").candidates[0]
     assert top.term == "冠状动脉粥样硬化性心脏病" and top.scores["tfidf_abbr"] == pytest.approx(1.0, abs=1e-3)
     cands = eng.suggest("晚孕(上感)").candidates  # read as 晚期妊娠(上呼吸道感染): that name matches best

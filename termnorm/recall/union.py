@@ -188,9 +188,10 @@ class UnionRecaller(Recaller):
             spelled = short.expand(expanded)
             if spelled != expanded:
                 out = [v for v in out if v[1] != ABBR] + [(spelled, ABBR)]
-                if self.split:
+                parts = split_mention(spelled, self._known) if self.split else []
+                if len(parts) > 1:
                     had = {p for p, key in out if key == PART}
-                    out.extend((p, PART) for p in split_mention(spelled, self._known) if p not in had)
+                    out.extend((p, PART) for p in parts if p not in had)
         return out
 
     def short_forms(self):
