@@ -258,14 +258,19 @@ def _token_sha256(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-def create_session(s: Session, username: str, hours: float | None = None) -> str:
+SESSION_KINDS = ("web", "api")  # a browser's cookie; a token of termnorm api-token
+
+
+def create_session(s: Session, username: str, hours: float | None = None, kind: str = "web") -> str:
     """A new random session token for a user who has just signed in (only its SHA-256 is stored), valid for
-    ``hours`` (default :func:`session_hours`)."""
+    ``hours`` (default :func:`session_hours`); ``kind``: web (the app's cookie) or api (the HTTP API's token)."""
+    if kind not in SESSION_KINDS:
+        raise ValueError(f"session kind {kind!r}: expected one of {', '.join(SESSION_KINDS)}")
     u = _get(s, username)
     if u is None or u.disabled_at is not None:
         raise PermissionError(f"no enabled user {username!r}")
     token = secrets.token_urlsafe(32)
-    s.add(UserSession(user_id=u.id, token_sha256=_token_sha256(token),
+    s.add(UserSession(user_id=u.id, token_sha256=_token_sha256(token), kind=kind,
                       expires_at=utcnow() + timedelta(hours=hours if hours is not None else session_hours())))
     s.commit()
     return token
@@ -285,19 +290,20 @@ def create_api_token(s: Session, username: str, days: float = API_TOKEN_DAYS) ->
     if username == accounts.LOADER_USER:
         raise PermissionError(f"{username!r} is the account termnorm load-data records loaded sets as, not a caller: "
                               "create a user for the calling system")
-    token = create_session(s, username, hours=24 * days)
+    token = create_session(s, username, hours=24 * days, kind="api")
     u = _get(s, username)
     accounts.audit(s, u, "api_token_created", "user", u.id, {"days": days})
     s.commit()
     return token
 
 
-def session_user(s: Session, token: str | None) -> dict | None:
-    """The user a session token signs in: None when unknown, expired, revoked, or the account is disabled."""
+def session_user(s: Session, token: str | None, kind: str = "web") -> dict | None:
+    """The user a session token of ``kind`` signs in: None when unknown, of the other kind (an API token set as
+    the app's cookie), expired, revoked, or the account is disabled."""
     if not isinstance(token, str) or not token:  # no cookie (or a test harness's stand-in for one)
         return None
     row = s.scalar(select(UserSession).where(UserSession.token_sha256 == _token_sha256(token)))
-    if row is None or row.revoked_at is not None or _aware(row.expires_at) <= utcnow():
+    if row is None or (row.kind or "web") != kind or row.revoked_at is not None or _aware(row.expires_at) <= utcnow():
         return None
     u = s.get(User, row.user_id)
     return None if u is None or u.disabled_at is not None else _user_dict(u)
@@ -309,7 +315,8 @@ def other_sessions(s: Session, username: str, token: str | None) -> int:
     if u is None:
         return 0
     q = select(func.count()).select_from(UserSession).where(
-        UserSession.user_id == u.id, UserSession.revoked_at.is_(None), UserSession.expires_at > utcnow())
+        UserSession.user_id == u.id, UserSession.kind == "web", UserSession.revoked_at.is_(None),
+        UserSession.expires_at > utcnow())
     if isinstance(token, str) and token:
         q = q.where(UserSession.token_sha256 != _token_sha256(token))
     return int(s.scalar(q) or 0)

@@ -81,7 +81,7 @@ def caller(request: Request) -> dict:
     header = request.headers.get("authorization", "")
     token = header[7:].strip() if header.lower().startswith("bearer ") else ""
     with services.session_scope() as s:
-        user = auth.session_user(s, token)
+        user = auth.session_user(s, token, kind="api")
     if user is None:
         raise HTTPException(401, "a valid token is needed: Authorization: Bearer <token> (termnorm api-token USER)",
                             headers={"WWW-Authenticate": "Bearer"})

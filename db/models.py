@@ -124,7 +124,8 @@ class User(Base):
 
 class UserSession(Base):
     """A signed-in browser (0006): the app keeps a random token in a cookie and only its SHA-256 here, so a
-    reload or a new tab stays signed in until the session expires, is signed out or the account disabled."""
+    reload or a new tab stays signed in until the session expires, is signed out or the account disabled; or an
+    API token (``kind``)."""
 
     __tablename__ = "user_sessions"
 
@@ -134,6 +135,8 @@ class UserSession(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # (0010) "web": a browser's cookie; "api": a token of termnorm api-token. Each side takes only its own.
+    kind: Mapped[str] = mapped_column(String(8), default="web", server_default="web")
 
 
 class Vocabulary(Base):

@@ -83,6 +83,10 @@ def _make_engine(url: str) -> Engine:
     return eng
 
 
+#: the PostgreSQL advisory lock key the schema upgrade holds (any constant of this application's own)
+MIGRATION_LOCK = 0x7465726D  # "term"
+
+
 def init_db(url: str | None = None) -> Engine:
     """Create / upgrade the schema (Alembic ``upgrade head``) and return the cached engine."""
     eng = get_engine(url)
@@ -99,6 +103,9 @@ def init_db(url: str | None = None) -> Engine:
                 _upgrade_sqlite(url, cfg, eng)
             else:
                 with eng.begin() as conn:
+                    if conn.dialect.name == "postgresql":  # two services starting on an empty database at once:
+                        # the second waits here for the first's schema (it raced to create alembic_version)
+                        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
                     cfg.attributes["connection"] = conn
                     command.upgrade(cfg, "head")
             _migrated.add(url)

@@ -90,7 +90,8 @@ def test_the_api_token_command_prints_a_token_once_and_refuses_what_it_must(db_u
     r = _cli("api-token", "cora", env=env)
     assert r.returncode == 0 and not r.stderr.strip(), r.stderr
     with services.session_scope(db_url) as s:
-        assert auth.session_user(s, r.stdout.strip())["username"] == "cora"
+        assert auth.session_user(s, r.stdout.strip(), kind="api")["username"] == "cora"
+        assert auth.session_user(s, r.stdout.strip()) is None  # set as the app's cookie it signs nobody in
     for refused, why in ((("nobody",), "create the user on the Users page first"),
                          (("cora", "--days", "0"), "expired when issued"), (("cora", "--days", "-5"), "expired"),
                          (("import",), "load-data")):  # a dead token; the loader's admin account

@@ -100,6 +100,55 @@ def test_migrations_create_the_schema(url):
     S.init_db(url)
 
 
+def test_migration_0010_tells_the_stored_api_tokens_from_browser_sessions(url):
+    """An API token set as the app's cookie signed in to the web app: tokens now have a kind. Rows stored
+    before: one issued for more than a week was an API token (browser sessions last hours)."""
+    from datetime import datetime, timedelta, timezone
+
+    from alembic import command
+    from alembic.config import Config
+
+    from db import auth
+
+    cfg = Config(str(S.ALEMBIC_INI))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    cfg.attributes["configure_logger"] = False
+    command.upgrade(cfg, "0009")
+    eng = create_engine(url)
+    now = datetime.now(timezone.utc)
+    with eng.begin() as c:
+        c.execute(text("INSERT INTO users (username, role, created_at) VALUES ('etl', 'coder', :t)"), {"t": now})
+        uid = c.execute(text("SELECT id FROM users WHERE username = 'etl'")).scalar_one()
+        for i, hours in ((1, 12), (2, 24 * 365)):
+            c.execute(text("INSERT INTO user_sessions (user_id, token_sha256, created_at, expires_at) "
+                           "VALUES (:u, :h, :t, :e)"), {"u": uid, "h": f"{i:064d}", "t": now,
+                                                        "e": now + timedelta(hours=hours)})
+    eng.dispose()
+    S.init_db(url)  # what the app does at its next start: upgrade head
+    with S.session_scope(url) as s:
+        kinds = dict(s.execute(select(M.UserSession.token_sha256, M.UserSession.kind)).all())
+        assert kinds == {f"{1:064d}": "web", f"{2:064d}": "api"}
+        web, api = auth.create_session(s, "etl"), auth.create_api_token(s, "etl")
+        assert auth.session_user(s, web)["username"] == "etl" and auth.session_user(s, api) is None
+        assert auth.session_user(s, api, kind="api")["username"] == "etl" and auth.session_user(s, web, kind="api") \
+            is None
+
+
+def test_services_starting_at_once_on_an_empty_database_all_get_the_schema(url):
+    """The app and the API started at boot on a new database: one failed with a duplicate alembic_version
+    (pg_type_typname_nsp_index) while the other created it. The upgrade now waits for the other's."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    code = f"from db import services as S; S.init_db({url!r}); print('ok')"
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(4)]
+    outs = [p.communicate(timeout=180) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, [err[-600:] for _, err in outs]
+    eng = create_engine(url)
+    with eng.connect() as c:
+        assert c.execute(text("SELECT count(*) FROM alembic_version")).scalar_one() == 1
+    eng.dispose()
+
+
 def test_alembic_ini_works_from_the_command_line(tmp_path):
     from alembic.config import Config
     from alembic.script import ScriptDirectory
