@@ -148,7 +148,18 @@ def sign_in(username: str, remember: bool = True) -> None:
     st.session_state["username"] = username
     if remember:
         with session() as s:
-            st.session_state["_set_cookie"] = auth.create_session(s, username)
+            token = st.session_state["_set_cookie"] = auth.create_session(s, username)
+            st.session_state[SESSION_TOKEN] = token
+
+
+SESSION_TOKEN = "_session_token"  # this browser's session token, as the cookie holds it (ended at sign-out)
+
+
+def my_token() -> str | None:
+    """This browser's session token: the one this sign-in set or signed in with, else the page's cookie (a cookie
+    the page's script set after it connected is not in ``st.context.cookies``: a sign-out read none there and
+    left the session alive on the server)."""
+    return st.session_state.get(SESSION_TOKEN) or st.context.cookies.get(SESSION_COOKIE)
 
 
 HOLDING = "_holding"  # the mention this browser's coding page claimed last (db.batches.next_mention)
@@ -161,7 +172,7 @@ def release_held() -> None:
     mention_id, name = st.session_state.pop(HOLDING, None), (st.session_state.get("username") or "").strip()
     if mention_id and name:
         with session() as s:
-            if not auth.other_sessions(s, name, st.context.cookies.get(SESSION_COOKIE)):
+            if not auth.other_sessions(s, name, my_token()):
                 services.release_claim(s, mention_id, name)
 
 
@@ -173,7 +184,7 @@ def sign_out() -> None:
     release_held()
     if name:
         with session() as s:
-            auth.record_sign_out(s, name, st.context.cookies.get(SESSION_COOKIE))
+            auth.record_sign_out(s, name, my_token())
     for key in list(st.session_state):
         del st.session_state[key]
     st.session_state["_set_cookie"] = ""  # cleared at the next run
@@ -251,6 +262,7 @@ def current_user() -> dict | None:
             remembered = auth.session_user(s, st.context.cookies.get(SESSION_COOKIE))
         if remembered is not None:
             sign_in(remembered["username"], remember=False)
+            ss[SESSION_TOKEN] = st.context.cookies.get(SESSION_COOKIE)
             name = remembered["username"]
         elif "_sso_refused" not in ss:
             name = _sso_user()

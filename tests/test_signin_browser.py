@@ -95,6 +95,23 @@ def test_a_reload_or_a_new_tab_keeps_the_coder_signed_in_until_sign_out(app):
         elsewhere = other.new_page()
         elsewhere.goto(app["base"] + "/")
         assert signed_in_as(elsewhere) is None
+        # a sign-out on a page that set its cookie after it connected (no reload) ends the session on the server:
+        # the cookie, copied before, signs nobody in (a user test found it alive for 12 hours)
+        fresh = browser.new_context(viewport={"width": 1400, "height": 1200}).new_page()
+        fresh.set_default_timeout(60_000)
+        fresh.goto(app["base"] + "/")
+        _sign_in(fresh, "zhang", "zhang-password")
+        fresh.wait_for_selector("table.tn-cands")
+        fresh.wait_for_function("document.cookie.includes('termnorm_session=')")
+        copied = [c for c in fresh.context.cookies() if c["name"] == "termnorm_session"]
+        fresh.get_by_role("button", name="Sign out").click()
+        fresh.wait_for_selector("text=Sign in to code mentions")
+        thief = browser.new_context()
+        thief.add_cookies(copied)
+        stolen = thief.new_page()
+        stolen.set_default_timeout(60_000)
+        stolen.goto(app["base"] + "/")
+        assert len(copied) == 1 and signed_in_as(stolen) is None
         # signing out ends the session for every tab
         page.get_by_role("button", name="Sign out").click()
         page.wait_for_selector("text=Sign in to code mentions")
