@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import ArgumentError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool, StaticPool
 
@@ -56,7 +56,12 @@ def get_engine(url: str | None = None) -> Engine:
 def _make_engine(url: str) -> Engine:
     dumps = lambda o: json.dumps(o, ensure_ascii=False)  # noqa: E731 - readable Chinese in the JSON columns
     if not url.startswith("sqlite"):
-        return create_engine(url, json_serializer=dumps, pool_pre_ping=True)
+        try:
+            return create_engine(url, json_serializer=dumps, pool_pre_ping=True)
+        except (ValueError, ArgumentError) as e:  # 'p@ss:w/rd' in the URL: "invalid literal for int() ... 'w'"
+            raise ValueError(f"TERMNORM_DB_URL is not a database URL SQLAlchemy reads ({e}). A password with @ : / "
+                             "# % ? & must be URL-encoded: @ as %40, : as %3A, / as %2F, # as %23, % as %25, "
+                             "? as %3F, & as %26") from None
     memory = url in ("sqlite://", "sqlite:///:memory:")
     if not memory:
         path = url.split("///", 1)[-1].split("?", 1)[0]

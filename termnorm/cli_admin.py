@@ -58,7 +58,10 @@ def read_password(password_file: str | None = None, stdin: TextIO | None = None)
 def create_admin(username: str, password_file: str | None = None, db: str | None = None,
                  stdin: TextIO | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     """Create (or promote, resetting the password) the admin ``username``; exit status 0, or 2 on a bad input."""
+    from sqlalchemy.exc import OperationalError
+
     from db import auth, services
+    from termnorm import settings
 
     stdout = sys.stdout if stdout is None else stdout
     stderr = sys.stderr if stderr is None else stderr
@@ -71,8 +74,13 @@ def create_admin(username: str, password_file: str | None = None, db: str | None
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=stderr)
         return 2
+    except OperationalError as e:  # the server down, a wrong password: one line, not a traceback
+        first = str(e.orig or e).strip().splitlines()[0]
+        print(f"error: the database {settings.shown_url(services.database_url(db))} did not answer: {first}",
+              file=stderr)
+        return 2
     what = " (an existing account: its password was reset, it is an enabled admin)" if existed else ""
-    print(f"admin {u['username']!r} ready in {services.database_url(db)}{what}", file=stdout)
+    print(f"admin {u['username']!r} ready in {settings.shown_url(services.database_url(db))}{what}", file=stdout)
     return 0
 
 

@@ -190,7 +190,18 @@ def table() -> str:
     return "\n".join(rows)
 
 
+def shown_url(url: str) -> str:
+    """A database URL as printed: its password as ``***`` (a terminal's scrollback and logs are not secret)."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True) if url else url
+    except Exception:  # not a URL SQLAlchemy reads: nothing to hide in what it names
+        return url
+
+
 def describe(s: Settings | None = None) -> str:
-    """The values in force, one per line (``termnorm settings --show``)."""
+    """The values in force, one per line (``termnorm settings --show``); the database password hidden."""
     s = s or get()
-    return "\n".join(f"{f.name} = {getattr(s, f.name)}" for f in fields(s))
+    return "\n".join(f"{f.name} = {shown_url(getattr(s, f.name)) if f.name == 'db_url' else getattr(s, f.name)}"
+                     for f in fields(s))

@@ -216,6 +216,27 @@ def test_cli_create_admin_from_password_file_and_stdin(tmp_path, db_url):
     assert "password was reset" in out.getvalue()
 
 
+def test_the_database_password_is_never_printed_and_a_bad_url_is_one_line(tmp_path, monkeypatch):
+    """A user test: create-admin and `termnorm settings` printed the database password; a wrong password gave a
+    119-line traceback, a password holding '@' or '/' "invalid literal for int() with base 10: 'w'"."""
+    from termnorm import settings
+
+    pw = tmp_path / "pw.txt"
+    pw.write_text("file-password-123\n", encoding="utf-8")
+    down = "postgresql+psycopg://etl:S3cret-pw@127.0.0.1:1/termnorm"  # nothing listens on port 1
+    out, err = io.StringIO(), io.StringIO()
+    assert cli_admin.create_admin("boss", str(pw), down, stdout=out, stderr=err) == 2
+    said = err.getvalue()
+    assert said.startswith("error: the database postgresql+psycopg://etl:***@127.0.0.1:1/termnorm did not answer")
+    assert len(said.strip().splitlines()) == 1 and "S3cret" not in said + out.getvalue()
+    err = io.StringIO()
+    raw = "postgresql+psycopg://etl:p@ss:w/rd@127.0.0.1:1/termnorm"
+    assert cli_admin.create_admin("boss", str(pw), raw, stdout=out, stderr=err) == 2
+    assert "must be URL-encoded: @ as %40, : as %3A, / as %2F" in err.getvalue()
+    monkeypatch.setenv("TERMNORM_DB_URL", down)  # settings are read again when the environment changes
+    assert "db_url = postgresql+psycopg://etl:***@127.0.0.1:1/termnorm" in settings.describe().splitlines()
+
+
 def test_a_session_token_signs_in_until_signed_out_expired_or_disabled(s, admin, monkeypatch):
     """What keeps a coder signed in across a reload or a new tab (the app's session cookie)."""
     from datetime import timedelta
