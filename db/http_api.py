@@ -167,7 +167,7 @@ def health():
             s.execute(text("SELECT 1"))
     except (OperationalError, InterfaceError) as e:
         log.error("health: database not answering: %s", e)
-        return JSONResponse({"status": "database not answering"}, status_code=503)
+        return JSONResponse({"status": "database not answering"}, status_code=503, headers={"Retry-After": "30"})
     return {"status": "ok"}
 
 
@@ -330,6 +330,10 @@ def main(host: str = "127.0.0.1", port: int = 8000) -> int:
     """``termnorm serve``: the API on ``host:port`` (uvicorn; one process; put it behind the hospital's TLS proxy)."""
     import uvicorn
 
-    services.init_db(services.database_url())  # migrate before the first request, as the app does
+    try:
+        services.init_db(services.database_url())  # migrate before the first request, as the app does
+    except services.DATABASE_DOWN as e:  # started before the database (a reboot): serve 503s until it answers
+        first = str(getattr(e, "orig", None) or e).strip().splitlines()[0]
+        log.error("the database is not answering yet (%s); /health and every call answer 503 until it does", first)
     uvicorn.run(app, host=host, port=port, log_level="info")
     return 0

@@ -199,9 +199,14 @@ def test_the_api_says_503_while_the_database_is_down_and_its_health_says_so(stop
     """A user test: /health said ok with PostgreSQL stopped (a load balancer kept sending calls) and every other
     endpoint answered a bare 'Internal Server Error'."""
     import sys
+    import time
+    import urllib.error
+    import urllib.request
 
     import postgres
     from test_api import _call
+
+    from db import services
 
     from helpers import REPO
 
@@ -228,3 +233,29 @@ def test_the_api_says_503_while_the_database_is_down_and_its_health_says_so(stop
     finally:
         stop(proc)
     assert "database not answering" in (tmp_path / "api.log").read_text(errors="replace")  # the details, for IT
+
+    # a server started while the database is down (a reboot, services in any order) starts and says 503 until the
+    # database answers: it exited with a traceback
+    postgres.stop_server(url)
+    services.dispose(url)
+    proc = subprocess.Popen([sys.executable, "-m", "termnorm.cli", "serve", "--port", str(port)], cwd=REPO,
+                            env=env, stdout=open(tmp_path / "api2.log", "wb"), stderr=subprocess.STDOUT)
+    try:
+        end = time.time() + 120
+        while True:
+            assert proc.poll() is None, (tmp_path / "api2.log").read_text(errors="replace")[-2000:]
+            try:
+                urllib.request.urlopen(base + "/health", timeout=5)
+            except urllib.error.HTTPError as e:
+                assert (e.code, e.headers.get("Retry-After")) == (503, "30")
+                break
+            except OSError:
+                assert time.time() < end, "the API did not answer while the database was down"
+                time.sleep(0.3)
+        assert _call(base, "/vocabularies", token)[0] == 503
+        postgres.start_server(url)
+        assert _call(base, "/health") == (200, {"status": "ok"})
+        assert _call(base, "/vocabularies", token)[0] == 200
+    finally:
+        stop(proc)
+    assert "Traceback" not in (tmp_path / "api2.log").read_text(errors="replace")
