@@ -123,7 +123,11 @@ def _forget(mention_id: int) -> None:
         del st.session_state[k]
 
 
+HEARD = "_decision_heard"  # set by a decision button's callback: its click reached this server session
+
+
 def _decide(mention_id: int, action: str, terms=(), comment: str = "", codes=None) -> None:
+    st.session_state[HEARD] = True
     # what the browser had on screen when the click or key was sent: the echo of ON_SCREEN (drawn last below)
     if st.session_state.get(ON_SCREEN) != str(mention_id):
         _ui.flash("warning", "Ignored a click or key meant for a mention the browser was not showing yet: nothing "
@@ -183,6 +187,7 @@ def _box_clicked(mention_id: int) -> bool:
 
 
 def on_save(mention_id: int, version: int) -> None:
+    st.session_state[HEARD] = True
     if version != st.session_state.get(f"boxv_{mention_id}", 0) or _box_clicked(mention_id):
         _ui.flash("warning", "Not saved: the terms box changed before your click arrived (cleared, or a term "
                              "added). Check the box and save again.")
@@ -379,13 +384,20 @@ for key_, code, label in RELATIONSHIP_KEYS:
               on_click=on_relationship, args=(mid, code), type="primary" if on else "secondary", width="stretch")
 
 acts = st.container(horizontal=True, wrap=True, vertical_alignment="center", gap="small")
-acts.button("Save terms", type="primary", shortcut="S", on_click=on_save, args=(mid, box_version),
-             key=f"save_{mid}", width="stretch")
-acts.button("Accept suggestion", shortcut="A", on_click=on_accept, args=(mid,), key=f"accept_{mid}",
-             width="stretch", disabled=not sug.chosen)
-acts.button("Reject: none fits", shortcut="X", on_click=_decide, args=(mid, "reject"), key=f"reject_{mid}",
-             width="stretch")
-acts.button("Skip", shortcut="K", on_click=_decide, args=(mid, "skip"), key=f"skip_{mid}", width="stretch")
+pressed = [acts.button("Save terms", type="primary", shortcut="S", on_click=on_save, args=(mid, box_version),
+                       key=f"save_{mid}", width="stretch"),
+           acts.button("Accept suggestion", shortcut="A", on_click=on_accept, args=(mid,), key=f"accept_{mid}",
+                       width="stretch", disabled=not sug.chosen),
+           acts.button("Reject: none fits", shortcut="X", on_click=_decide, args=(mid, "reject"),
+                       key=f"reject_{mid}", width="stretch"),
+           acts.button("Skip", shortcut="K", on_click=_decide, args=(mid, "skip"), key=f"skip_{mid}",
+                       width="stretch")]
+# a press whose callback never ran: the server restarted under the page, and its new session knew no button yet
+# (a user test lost the first click after a restart without a word)
+if any(pressed) and not st.session_state.pop(HEARD, False):
+    st.warning("Your click or key came as the app was restarting and was not received: nothing saved. Press it "
+               "again.", icon=":material/refresh:")
+st.session_state.pop(HEARD, None)
 acts.button("Clear the box", on_click=on_clear, args=(mid,), key=f"clear_{mid}", width="stretch",
              type="tertiary")
 

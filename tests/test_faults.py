@@ -88,6 +88,46 @@ def test_kill_9_mid_stream_loses_no_acknowledged_decision(tmp_path):
     assert len(acknowledged) == 5
 
 
+def test_a_click_as_the_app_restarts_is_said_not_received_and_pressing_again_saves_it(tmp_path):
+    """A user test: the app restarted under an open coding page, and the coder's next click was lost without a word
+    (the new server session knew no button, so its callback never ran)."""
+    from db import services
+    from db.engine_holder import seed_demo
+
+    url = f"sqlite:///{tmp_path / 'restart.sqlite3'}"
+    services.init_db(url)
+    with services.session_scope(url) as s:
+        seed_demo(s)
+    services.dispose(url)
+    env = dict(os.environ, TERMNORM_DB_URL=url, TERMNORM_AUTH="off")
+    port = free_port()
+    proc = start_streamlit(port, env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_http(health_url(port), 60, proc)
+        with chromium_page(1400, 1600) as page:
+            page.goto(f"http://127.0.0.1:{port}/")
+            page.wait_for_selector("table.tn-cands")
+            settle(page)
+            mid = on_screen(page)
+            os.killpg(proc.pid, signal.SIGTERM)  # a restart: the page stays open in the coder's browser
+            proc.wait(30)
+            proc = start_streamlit(port, env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   start_new_session=True)
+            wait_http(health_url(port), 60, proc)
+            page.wait_for_timeout(5000)  # the page reconnects on its own
+            button(page, f"accept_{mid}").click()
+            page.get_by_text("was not received: nothing saved").wait_for(timeout=60_000)
+            assert mid not in _decisions(url)  # said not saved, and it was not
+            settle(page)
+            button(page, f"accept_{mid}").click()
+            page.wait_for_function(f"!document.querySelector(\"[class*='st-key-terms_{mid}']\")")
+            assert _decisions(url).get(mid) == ["accept"]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            stop(proc)
+
+
 def test_dropped_postgresql_connections_lose_nothing_and_double_nothing(request):
     if "postgresql" not in os.environ.get("TERMNORM_TEST_BACKENDS", "sqlite,postgresql"):
         pytest.skip("PostgreSQL narrowed out of this run (TERMNORM_TEST_BACKENDS)")
