@@ -277,7 +277,7 @@ def create_session(s: Session, username: str, hours: float | None = None, kind: 
 
 
 #: Days an API token lasts unless the command says otherwise (a year: ETL jobs are set up once; revoke by
-#: disabling the account or with ``termnorm api-token --revoke``).
+#: disabling the account, which ends all its tokens).
 API_TOKEN_DAYS = 365
 
 
