@@ -73,9 +73,8 @@ Rows that change what the candidates carry refit those per outer fold too
 - ``held_15``, ``held_30``  15% / 30% of the training mentions, all those of randomly drawn terms coded twice
                      or more, in one K-fold part per term: real mentions of terms their K-fold history never
                      coded, for the ranker to learn from (``Engine.ranker_training_data(held_terms=...)``);
-- ``english_lists``  English lists of three or more findings sharing a head split (brain, breast, and prostate
-                     cancer → three; termnorm.text.split.english_list); ``dense_english_lists`` with the dense
-                     row's bi-encoder;
+- ``english_lists``  English lists of 3+ findings sharing a head split (termnorm.text.split.english_list);
+                     ``dense_english_lists`` with the dense row's bi-encoder;
 - ``short_forms``    the built-in Chinese short forms read by the recall (上感 → 上呼吸道感染; termnorm.text.short_forms);
 - ``no_documents``   mentions read without their documents (a PubTator set's abstracts: the abbreviations
                      they define are not spelled out, termnorm.context);

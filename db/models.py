@@ -2,10 +2,9 @@
 
 What the app stores, in the words of the domain:
 
-* a **vocabulary** of standard **terms** (name, codes) and their **synonyms**
-  (from the vocabulary file, or added by a coder: who, when);
-* **batches** of imported **mentions** kept in file order (``position``), each
-  with a review ``status``;
+* a **vocabulary** of standard **terms** (name, codes) and their **synonyms** (from the vocabulary file, or
+  added by a coder: who, when);
+* **batches** of imported **mentions** kept in file order (``position``), each with a review ``status``;
 * the engine's **suggestions** for a mention (model version, predicted count,
   confidence, chosen terms) with every ranked **candidate** and all of its
   per-strategy scores, so a decision can later be explained and replayed;
@@ -14,10 +13,10 @@ What the app stores, in the words of the domain:
   mention supersedes the previous one (``is_latest``) and the history stays;
 * **training pairs** derived from decisions: confirmed positives and, as
   confirmed hard negatives, the shown candidates a coder did not choose --
-  the "hard negatives matter more than model choice" lesson of Approach B and
-  the user-confirmed negatives that Approach D's false-negative elimination
-  otherwise has to guess (methods.md);
-* **users** (role, bcrypt password hash, disabled flag) and an append-only **audit log**;
+  the "hard negatives matter more than model choice" lesson of Approach B and the user-confirmed negatives
+  that Approach D's false-negative elimination otherwise has to guess (methods.md);
+* **users** (role, bcrypt password hash, disabled flag), their sessions and API tokens, and an append-only
+  **audit log**;
 * **gold tasks**: a batch, or a sample of it, given to several annotators
   independently (``blind`` or ``assisted``), their **gold annotations**, and the
   resulting **gold labels** (``agreed`` by all annotators, or ``adjudicated`` by a
@@ -28,8 +27,8 @@ creates the tables up to the audit log; ``0002_gold.py`` adds the gold tables
 and ``users.disabled_at``; ``0003`` the queue claims; ``0004_codes_editions_review.py``
 export codes and their kinds, vocabulary editions, terms by id in decisions and
 training pairs, mapping status and relationship, abbreviations and app settings;
-``0005_eval_split.py`` the side of each labelled mention in the evaluation split. ``tests/test_db.py`` / ``tests/test_gold.py`` check
-that the models and the migrated schema do not drift apart.
+``0005_eval_split.py`` the side of each labelled mention in the evaluation split; later ones say what they add.
+``tests/test_db.py`` / ``tests/test_gold.py`` check that the models and the migrated schema do not drift apart.
 """
 
 from __future__ import annotations
@@ -124,8 +123,7 @@ class User(Base):
 
 class UserSession(Base):
     """A signed-in browser (0006): the app keeps a random token in a cookie and only its SHA-256 here, so a
-    reload or a new tab stays signed in until the session expires, is signed out or the account disabled; or an
-    API token (``kind``)."""
+    reload or a new tab stays signed in until the session expires, is signed out or the account disabled."""
 
     __tablename__ = "user_sessions"
 
@@ -135,8 +133,7 @@ class UserSession(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    # (0010) "web": a browser's cookie; "api": a token of termnorm api-token. Each side takes only its own.
-    kind: Mapped[str] = mapped_column(String(8), default="web", server_default="web")
+    kind: Mapped[str] = mapped_column(String(8), default="web", server_default="web")  # (0010) web: cookie; api: token
 
 
 class Vocabulary(Base):

@@ -35,16 +35,21 @@ def _decisions(url: str) -> dict[int, list[str]]:
     return out
 
 
-def test_kill_9_mid_stream_loses_no_acknowledged_decision(tmp_path):
+def _demo_database(path) -> tuple[str, dict]:
+    """A SQLite file holding the demo data, and the environment of an app on it without sign-in."""
     from db import services
     from db.engine_holder import seed_demo
 
-    url = f"sqlite:///{tmp_path / 'crash.sqlite3'}"
+    url = f"sqlite:///{path}"
     services.init_db(url)
     with services.session_scope(url) as s:
         seed_demo(s)
     services.dispose(url)
-    env = dict(os.environ, TERMNORM_DB_URL=url, TERMNORM_AUTH="off")
+    return url, dict(os.environ, TERMNORM_DB_URL=url, TERMNORM_AUTH="off")
+
+
+def test_kill_9_mid_stream_loses_no_acknowledged_decision(tmp_path):
+    url, env = _demo_database(tmp_path / "crash.sqlite3")
     port = free_port()
     proc = start_streamlit(port, env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     acknowledged: list[int] = []
@@ -91,15 +96,7 @@ def test_kill_9_mid_stream_loses_no_acknowledged_decision(tmp_path):
 def test_a_click_as_the_app_restarts_is_said_not_received_and_pressing_again_saves_it(tmp_path):
     """A user test: the app restarted under an open coding page, and the coder's next click was lost without a word
     (the new server session knew no button, so its callback never ran)."""
-    from db import services
-    from db.engine_holder import seed_demo
-
-    url = f"sqlite:///{tmp_path / 'restart.sqlite3'}"
-    services.init_db(url)
-    with services.session_scope(url) as s:
-        seed_demo(s)
-    services.dispose(url)
-    env = dict(os.environ, TERMNORM_DB_URL=url, TERMNORM_AUTH="off")
+    url, env = _demo_database(tmp_path / "restart.sqlite3")
     port = free_port()
     proc = start_streamlit(port, env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
