@@ -48,17 +48,31 @@ def _demo_database(path) -> tuple[str, dict]:
     return url, dict(os.environ, TERMNORM_DB_URL=url, TERMNORM_AUTH="off")
 
 
+def _app(port: int, env: dict):
+    """The app started in a session of its own (killed as a group), once it answers."""
+    proc = start_streamlit(port, env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_http(health_url(port), 60, proc)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    return proc
+
+
+def _open_coding_page(page, port: int) -> None:
+    page.goto(f"http://127.0.0.1:{port}/")
+    page.wait_for_selector("table.tn-cands")
+    settle(page)
+
+
 def test_kill_9_mid_stream_loses_no_acknowledged_decision(tmp_path):
     url, env = _demo_database(tmp_path / "crash.sqlite3")
     port = free_port()
-    proc = start_streamlit(port, env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = _app(port, env)
     acknowledged: list[int] = []
     try:
-        wait_http(health_url(port), 60, proc)
         with chromium_page(1400, 1600) as page:
-            page.goto(f"http://127.0.0.1:{port}/")
-            page.wait_for_selector("table.tn-cands")
-            settle(page)
+            _open_coding_page(page, port)
             for _ in range(5):
                 mid = on_screen(page)
                 button(page, f"accept_{mid}").click()
@@ -76,9 +90,7 @@ def test_kill_9_mid_stream_loses_no_acknowledged_decision(tmp_path):
             assert all(after.get(m) == ["accept"] for m in acknowledged), after  # every acknowledged one, once
             assert after.get(in_flight, []) in ([], ["accept"])  # the click in flight: saved once or not at all
 
-            proc = start_streamlit(port, env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                   start_new_session=True)
-            wait_http(health_url(port), 60, proc)
+            proc = _app(port, env)
             page.reload()
             page.wait_for_selector("table.tn-cands")
             settle(page)
@@ -98,19 +110,14 @@ def test_a_click_as_the_app_restarts_is_said_not_received_and_pressing_again_sav
     (the new server session knew no button, so its callback never ran)."""
     url, env = _demo_database(tmp_path / "restart.sqlite3")
     port = free_port()
-    proc = start_streamlit(port, env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = _app(port, env)
     try:
-        wait_http(health_url(port), 60, proc)
         with chromium_page(1400, 1600) as page:
-            page.goto(f"http://127.0.0.1:{port}/")
-            page.wait_for_selector("table.tn-cands")
-            settle(page)
+            _open_coding_page(page, port)
             mid = on_screen(page)
             os.killpg(proc.pid, signal.SIGTERM)  # a restart: the page stays open in the coder's browser
             proc.wait(30)
-            proc = start_streamlit(port, env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                   start_new_session=True)
-            wait_http(health_url(port), 60, proc)
+            proc = _app(port, env)
             page.wait_for_timeout(5000)  # the page reconnects on its own
             button(page, f"accept_{mid}").click()
             page.get_by_text("was not received: nothing saved").wait_for(timeout=60_000)
