@@ -256,10 +256,9 @@ def run_fold(name: str, data: str, k: int, seed: int, rows: tuple[str, ...] = DE
     for row in rows:
         data_kw = {**defaults, **{o: v for o, v in ROWS[row].items() if o in DATA_OPTIONS}}
         groups.setdefault(tuple(sorted(data_kw.items())), []).append(row)
-    switches = (split_module.ENGLISH_LISTS, short_forms.ENABLED)
+    switches = (split_module.ENGLISH_LISTS, short_forms.ENABLED)  # read by split_mention, the recall: restored
     for data_kw, group in groups.items():
         t0 = time.perf_counter()
-        # module switches, read by every split_mention and by the recall's variants; a row without them: defaults
         split_module.ENGLISH_LISTS = dict(data_kw).get("english_lists", switches[0])
         short_forms.ENABLED = dict(data_kw).get("short_forms", switches[1])
         g_train, g_test = train, test
@@ -279,6 +278,7 @@ def run_fold(name: str, data: str, k: int, seed: int, rows: tuple[str, ...] = DE
             out["candidates_seconds"] = round(time.perf_counter() - t0, 1)
         for row in group:
             _fit_and_score(eng, splits, row, seed, settings, texts, g_test, out, dict(data_kw))
+    split_module.ENGLISH_LISTS, short_forms.ENABLED = switches
     return out
 
 

@@ -257,6 +257,9 @@ def test_the_switch_bound_reports_both_engines_as_their_own_benchmarks_do(tmp_pa
     assert got["all"]["n"] == fold0["test"]
     assert got["all"]["pipeline"] == round(sum(fold0["rows"]["shipped"]["right"]) / fold0["test"], 4)
     assert day_one.main(["--data", str(data), "--sets", "yidu", "--out", str(tmp_path / "d1.json")]) == 0
+    from termnorm.text import short_forms
+
+    assert short_forms.ENABLED is False  # its row with the short forms leaves the process's switch as it was
     d1 = json.loads((tmp_path / "d1.json").read_text())["results"]["yidu"]
     assert d1["mentions"] == got["all"]["n"]
     assert got["all"]["day_one"] == d1["shipped_cold_start"]["accuracy"]
