@@ -406,6 +406,7 @@ def focus_scroll_html() -> str:
     return _installed_once(_FOCUS_SCROLL, "__tnFocus")
 
 
+#: Enter in the coding page's comment box flags the mention (the box is not a form: see coding_queue.py).
 #: The keyboard back to the shortcut keys: Esc in a box of the main area (the terms box, the search, the comment)
 #: leaves it (a user test picked a term, pressed Esc, and its next keys, "2" and "S", went on typing into the box);
 #: a sidebar list (vocabulary, batch) lets go once its pick closes it (K typed into the list did nothing, whether
@@ -416,7 +417,13 @@ _KEYS_BACK = """
   window.__tnKeys = true;
   document.addEventListener('keydown', (e) => {
     const t = e.target;
-    if (e.key !== 'Escape' || !t || (t.tagName !== 'INPUT' && t.tagName !== 'TEXTAREA')) return;
+    if (!t || (t.tagName !== 'INPUT' && t.tagName !== 'TEXTAREA')) return;
+    // Enter in the coding page's comment box presses Flag, after the box has sent its text (its own Enter handler)
+    const box = e.key === 'Enter' && t.closest('[class*="st-key-comment_"]');
+    const flag = box && box.parentElement.closest('[data-testid="stHorizontalBlock"]')
+      ?.querySelector('[class*="st-key-flag_"] button');
+    if (flag) setTimeout(() => flag.click(), 0);
+    if (e.key !== 'Escape') return;
     if (t.closest('[data-testid="stMain"]')) setTimeout(() => t.blur(), 0);  // after the box closes its list
   }, true);
   new MutationObserver((changes) => changes.forEach((c) => {

@@ -128,6 +128,7 @@ HEARD = "_decision_heard"  # set by a decision button's callback: its click reac
 
 def _decide(mention_id: int, action: str, terms=(), comment: str = "", codes=None) -> None:
     st.session_state[HEARD] = True
+    comment = comment or (st.session_state.get(f"comment_{mention_id}") or "").strip()  # kept with any decision
     # what the browser had on screen when the click or key was sent: the echo of ON_SCREEN (drawn last below)
     if st.session_state.get(ON_SCREEN) != str(mention_id):
         _ui.flash("warning", "Ignored a click or key meant for a mention the browser was not showing yet: nothing "
@@ -169,7 +170,8 @@ def _decide(mention_id: int, action: str, terms=(), comment: str = "", codes=Non
         return
     _forget(mention_id)
     said = "not related to" if relationship == services.NOT_RELATED else action  # not a coding of those terms
-    _ui.flash("toast", f"#{current['position']} {said}" + (": " + " + ".join(terms) if terms else ""))
+    _ui.flash("toast", f"#{current['position']} {said}" + (": " + " + ".join(terms) if terms else "")
+              + (" · with your comment" if comment and action != "flag" else ""))
 
 
 def _picked_codes(mention_id: int, terms: list[str]) -> dict[str, str]:
@@ -404,10 +406,12 @@ acts.button("Clear the box", on_click=on_clear, args=(mid,), key=f"clear_{mid}",
 st.markdown('<div class="tn-keys">Keys: ' + " · ".join(f"<kbd>{k}</kbd> {what}" for k, what in SHORTCUTS)
             + "</div>", unsafe_allow_html=True)
 
-with st.form(f"flag_form_{mid}", border=False, enter_to_submit=True):
-    fc = st.columns([5, 1], vertical_alignment="bottom")
-    fc[0].text_input("Comment", key=f"comment_{mid}", placeholder="What is wrong or unclear? (Enter flags it)")
-    fc[1].form_submit_button("Flag", on_click=on_flag, args=(mid,), key=f"flag_{mid}", width="stretch")
+# not a form: a comment typed in a form reached the server only with the form's own button, so a user test's
+# comment was lost without a word when the coder then pressed A or Save. Enter still flags (_markup.KEYS_BACK).
+fc = st.columns([5, 1], vertical_alignment="bottom")
+fc[0].text_input("Comment", key=f"comment_{mid}",
+                 placeholder="For the lead: kept with the decision; Enter flags the mention for a lead")
+fc[1].button("Flag", on_click=on_flag, args=(mid,), key=f"flag_{mid}", width="stretch")
 
 
 # ---------------------------------------------------------------- vocabulary search (reruns only itself while typing)

@@ -212,6 +212,33 @@ def test_enter_after_typing_in_the_terms_box_adds_one_term_not_every_match(app, 
     assert len(saved) == 1 and sorted(saved[0]["terms"]) == sorted(after), (saved, after)
 
 
+def test_a_comment_typed_before_a_decision_key_is_kept_and_enter_in_it_flags(app, page, tmp_path):
+    """A user test typed a note for the lead, pressed Esc and then A: the decision was saved without it (the box
+    was a form, whose text reached the server only with its own Flag button)."""
+    page.goto(f"{app['base']}/?batch={app['codes_batch']}")
+    page.wait_for_selector("table.tn-cands")
+    settle(page)
+    first = on_screen(page)
+    page.locator(f".st-key-comment_{first} input").click()
+    page.keyboard.type("与病历核对过")
+    page.keyboard.press("Escape")
+    page.wait_for_function("document.activeElement === document.body")
+    page.wait_for_timeout(600)  # past the dwell rule (MIN_GAP_S)
+    page.keyboard.press("a")
+    quiet(page, app["url"])
+    saved = [r for r in decisions(app["url"]) if r["mention_id"] == first]
+    assert [(d["action"], d["comment"]) for d in saved] == [("accept", "与病历核对过")], saved
+    # the next mention: Enter in the comment box flags it for a lead, with the comment
+    second = on_screen(page)
+    assert second != first and not page.locator(f".st-key-comment_{second} input").input_value()
+    page.locator(f".st-key-comment_{second} input").click()
+    page.keyboard.type("两个部位？")
+    page.keyboard.press("Enter")
+    page.get_by_text("Nothing left for you").wait_for()  # its last mention: the batch is done
+    flagged = [r for r in decisions(app["url"]) if r["mention_id"] == second]
+    assert [(d["action"], d["comment"]) for d in flagged] == [("flag", "两个部位？")], flagged
+
+
 def test_lead_approves_the_shown_decisions(app, page, tmp_path):
     from db import services
 
