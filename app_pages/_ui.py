@@ -20,7 +20,7 @@ import streamlit as st
 from db import auth, serving, services
 from db.engine_holder import DEMO_SETS as DEMO_SETS, DEMO_USER as DEMO_USER  # noqa: F401 - re-exported for pages
 from db.engine_holder import PREPARE_AHEAD as PREPARE_AHEAD, EngineHolder as EngineHolder  # noqa: F401
-from db.engine_holder import build_holder as build_holder, seed_demo as seed_demo  # noqa: F401
+from db.engine_holder import DEMO_VOCABULARIES, build_holder as build_holder, seed_demo as seed_demo  # noqa: F401
 from db.engine_holder import prepare_in_background as prepare_in_background  # noqa: F401
 from app_pages._markup import CSS as CSS, candidate_table_html as candidate_table_html  # noqa: F401 - the pages' markup
 from app_pages._markup import code_cell as code_cell, compare_keywords as compare_keywords  # noqa: F401
@@ -58,6 +58,13 @@ def ready_database(url: str) -> str:
         if not services.vocabularies(s):
             seed_demo(s)
     return url
+
+
+def first_vocabulary(vocabs: list[dict]) -> int:
+    """The vocabulary a session opens with when nothing names one: the newest the team added, not a demo one
+    (seeded into an empty database first, a user test's new coders all landed in the demo batch)."""
+    own = [v["id"] for v in vocabs if v["name"] not in DEMO_VOCABULARIES]
+    return own[-1] if own else vocabs[0]["id"]
 
 
 DATABASE_DOWN = services.DATABASE_DOWN  # what a database that is down or unreachable raises (db.store)

@@ -21,8 +21,71 @@ from termnorm.errors import DataFormatError
 from termnorm.loaders import load_vocabulary
 
 ctx = _ui.page("lead")
+SHOWN_SHARED = 5  # codes named one by one in the warning about a code given to several terms
+
+
+def _read_upload(up):
+    """The uploaded vocabulary file read by termnorm.loaders (a path: the format is sniffed from its name), or None
+    after an error message naming the file and its rows."""
+    suffix = Path(up.name).suffix or ".txt"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"vocabulary{suffix}"
+        path.write_bytes(up.getvalue())
+        try:
+            read = load_vocabulary(path)
+        except (DataFormatError, ValueError, OSError) as e:
+            why = str(e).replace(str(path), up.name).removeprefix(f"{up.name}: ")  # the loader names the file too
+            _ui.flash("error", f"{up.name}: not imported: {why}")
+            return None
+    read.source = up.name
+    return read
+
+
+def _warn_shared_codes(vocab, file_name: str) -> None:
+    shared = vocab.shared_codes()
+    if shared:
+        named = "; ".join(f"{c}: {' / '.join(ns)}" for c, ns in list(shared.items())[:SHOWN_SHARED])
+        _ui.flash("warning", f"{file_name}: {len(shared)} code(s) are given to more than one name, so those terms "
+                             f"export the same code ({named}{' …' if len(shared) > SHOWN_SHARED else ''}). If one is "
+                             "another name of the other, put it in a synonyms column and import the file again.")
+
+
+def on_new_vocabulary() -> None:
+    up, name = st.session_state.get("nv_file"), (st.session_state.get("nv_name") or "").strip()
+    if up is None or not name:
+        _ui.flash("error", "Choose the vocabulary's file and give it a name first.")
+        return
+    new = _read_upload(up)
+    if new is None:
+        return
+    try:
+        with _ui.session() as s:
+            vid = services.create_vocabulary(s, new, name, ctx.username)
+    except (ValueError, PermissionError) as e:
+        _ui.flash("error", f"{up.name}: not imported: {e}")
+        return
+    _warn_shared_codes(new, up.name)
+    _ui.release_held()  # the mention left on another vocabulary's screen goes back to its queue
+    st.session_state["vocabulary_id"], st.session_state["batch_id"] = vid, None  # the sidebar opens it
+    for k in ("nv_file", "nv_name"):
+        st.session_state.pop(k, None)
+    _ui.flash("toast", f"Vocabulary {name} created: {len(new)} terms. Import its first batch on Import / Export.")
+
+
+def new_vocabulary_form() -> None:
+    with st.expander("Add another vocabulary: a list of its own (the hospital's codes), not a new edition of this one",
+                     # open while a file waits (the page's messages above it re-mount it, closed by default)
+                     expanded=ctx.vocabulary_id is None or st.session_state.get("nv_file") is not None):
+        c = st.columns([3, 2, 1], vertical_alignment="bottom")
+        c[0].file_uploader("Vocabulary file (code.txt, xlsx, CSV with code, name [, synonyms, parent] columns, ICD "
+                           "tree JSON, MEDIC)", type=["txt", "tsv", "csv", "xlsx", "json"], key="nv_file")
+        c[1].text_input("Its name", key="nv_name", max_chars=200, placeholder="e.g. 本院手术操作 2027")
+        c[2].button("Create", type="primary", on_click=on_new_vocabulary, key="nv_create", width="stretch")
+
+
 if ctx.vocabulary_id is None:
-    st.info("No vocabulary yet.")
+    st.info("No vocabulary yet: add one below.")
+    new_vocabulary_form()
     st.stop()
 
 with _ui.session() as s:
@@ -69,16 +132,10 @@ def on_import(confirm_retired: int | None = None) -> None:
     if up is None:
         _ui.flash("error", "Choose the new edition's file first.")
         return
-    suffix = Path(up.name).suffix or ".txt"
-    with tempfile.TemporaryDirectory() as tmp:  # the loaders read a path (format sniffed from the name)
-        path = Path(tmp) / f"edition{suffix}"
-        path.write_bytes(up.getvalue())
-        try:
-            new = load_vocabulary(path, name=vocab["name"])
-        except (DataFormatError, ValueError, OSError) as e:
-            why = str(e).replace(str(path), up.name).removeprefix(f"{up.name}: ")  # the loader names the file too
-            _ui.flash("error", f"{up.name}: not imported: {why}")
-            return
+    new = _read_upload(up)
+    if new is None:
+        return
+    new.name = vocab["name"]
     try:
         with _ui.session() as s:
             out = editions.import_edition(s, ctx.vocabulary_id, new, st.session_state.get("ed_label", ""),
@@ -89,6 +146,7 @@ def on_import(confirm_retired: int | None = None) -> None:
     except (ValueError, PermissionError, KeyError) as e:
         _ui.flash("error", f"{up.name}: not imported: {e}")
         return
+    _warn_shared_codes(new, up.name)
     st.session_state["ed_show"] = out["number"]
     c = out["counts"]
     _ui.flash("toast", f"Edition {out['number']} in force: {c['added']} added, {c['retired']} retired, "
@@ -117,9 +175,15 @@ if later:
     pick = st.selectbox("Changes of edition", numbers, key="ed_show",
                         format_func=lambda n: f"{n}" + next((f" ({e['label']})" for e in later
                                                             if e["number"] == n and e["label"]), ""))
-    ch = next(e for e in later if e["number"] == pick)["changes"]
-    tabs = st.tabs([f"renamed ({len(ch.get('renamed', []))})", f"retired ({len(ch.get('retired', []))})",
-                    f"code changed ({len(ch.get('code_changed', []))})", f"added ({len(ch.get('added', []))})"])
+    shown = next(e for e in later if e["number"] == pick)
+    ch, counts = shown["changes"], shown["counts"]
+
+    def tab(label: str, kind: str) -> str:  # the edition's count: its stored list keeps editions.DIFF_LIST_LIMIT
+        n, listed = counts.get(kind, len(ch.get(kind, []))), len(ch.get(kind, []))
+        return f"{label} ({n:,}" + (f"; the first {listed:,} listed)" if listed < n else ")")
+
+    tabs = st.tabs([tab("renamed", "renamed"), tab("retired", "retired"), tab("code changed", "code_changed"),
+                    tab("added", "added")])
     tabs[0].dataframe(pd.DataFrame(ch.get("renamed", []), columns=["old name", "new name"]), hide_index=True,
                       width="stretch")
     tabs[1].dataframe(pd.DataFrame({"retired name": ch.get("retired", [])}), hide_index=True, width="stretch")
@@ -128,3 +192,5 @@ if later:
     tabs[3].dataframe(pd.DataFrame({"added name": ch.get("added", [])}), hide_index=True, width="stretch")
     st.caption("Decisions sent to re-review are on the Review page (status needs_rereview) and come first in "
                "the coding queue.")
+
+new_vocabulary_form()

@@ -90,6 +90,7 @@ from db.suggestions import latest_suggestion, latest_suggestion_versions, store_
 from db.vocabularies import (
     ACTIVE,
     add_synonym,
+    create_vocabulary,
     load_vocabulary,
     retired_notes,
     set_system_uri,
@@ -108,8 +109,8 @@ __all__ = [
     # db.accounts
     "audit_frame", "ensure_user", "get_setting", "put_setting", "users",
     # db.vocabularies
-    "ACTIVE", "add_synonym", "load_vocabulary", "retired_notes", "set_system_uri", "term_code_fields",
-    "term_synonyms", "user_synonyms", "vocabularies", "vocabulary_from_db", "vocabulary_id",
+    "ACTIVE", "add_synonym", "create_vocabulary", "load_vocabulary", "retired_notes", "set_system_uri",
+    "term_code_fields", "term_synonyms", "user_synonyms", "vocabularies", "vocabulary_from_db", "vocabulary_id",
     # db.batches
     "CLAIM_MINUTES", "FINAL_STATUSES", "OPEN_STATUSES", "ORDERS", "ORDER_LABELS", "REREVIEW", "batch_progress",
     "batches", "claim", "claimed_by_others", "claims", "last_batch", "release_claim", "release_claims", "create_batch",

@@ -1,6 +1,7 @@
 """Vocabularies, their terms and synonyms in the database, and the engine's Vocabulary rebuilt from them.
 
-:func:`load_vocabulary` stores a termnorm Vocabulary (idempotent by name), :func:`vocabulary_from_db` rebuilds
+:func:`load_vocabulary` stores a termnorm Vocabulary (idempotent by name; :func:`create_vocabulary` is a
+lead's new one, refused under a name taken), :func:`vocabulary_from_db` rebuilds
 it with the users' synonyms; :func:`term_ids` / :func:`term_rows` look terms of the edition in force up by
 name; :func:`add_synonym` stores a user's synonym with its positive training pair, and :func:`user_synonyms`
 gives them back to the engine.
@@ -79,6 +80,27 @@ def vocabularies(s: Session) -> list[dict]:
                 VocabularyRow.system_uri)
          .outerjoin(n_terms, n_terms.c.vocabulary_id == VocabularyRow.id).order_by(VocabularyRow.id))
     return [{"id": i, "name": n, "n_terms": k, "edition": e, "system_uri": u} for i, n, k, e, u in s.execute(q)]
+
+
+def create_vocabulary(s: Session, vocab: Vocabulary, name: str, username: str) -> int:
+    """A vocabulary of its own from a file (a hospital's list), by a lead or admin, audited; its id. Refused when
+    the name is taken: a new file of a known vocabulary is a new edition of it (db.editions)."""
+    from db import auth
+
+    user = auth.require(s, username, "lead")
+    name = " ".join((name or "").split())
+    if not name or len(name) > 200:
+        raise ValueError("give the vocabulary a name (at most 200 characters)")
+    taken = s.scalar(select(VocabularyRow.id).where(func.lower(VocabularyRow.name) == name.lower()))
+    if taken is not None:
+        raise ValueError(f"a vocabulary named {name!r} exists already; a new file of it is a new edition "
+                         "(Editions page, with that vocabulary picked)")
+    vid = load_vocabulary(s, vocab, name)
+    first = s.scalar(select(VocabularyEdition).where(VocabularyEdition.vocabulary_id == vid))
+    first.imported_by_id = user.id  # the Editions page's "by"
+    audit(s, user, "create", "vocabulary", vid, {"name": name, "terms": len(vocab), "file": vocab.source or ""})
+    s.commit()
+    return vid
 
 
 def set_system_uri(s: Session, vocabulary_id: int, uri: str, username: str) -> None:

@@ -136,6 +136,11 @@ class Vocabulary:
     def names_of(self, code: str) -> list[str]:
         return list(self._by_code.get(code, []))
 
+    def shared_codes(self) -> dict[str, list[str]]:
+        """Codes given to more than one term (code -> names): each name is a term of its own, exported under the
+        same code, which a hospital's list usually means as a synonym row or a typing error."""
+        return {c: list(ns) for c, ns in self._by_code.items() if len(ns) > 1}
+
     def surface_forms(self) -> tuple[list[str], list[int]]:
         """Every searchable text (names then synonyms) with the term id it resolves to."""
         texts = list(self.names)

@@ -103,6 +103,29 @@ def test_first_run_seeds_demo_data_without_gold(db_url):
     assert suggestion(db_url, first[1]["id"]) is not None
 
 
+def test_a_new_coder_opens_the_vocabulary_the_team_added_not_the_demo(db_url):
+    """A user test: once a hospital had added its own list, every new coder still landed in the demo batch."""
+    start()  # the first run seeds the demo vocabularies
+    from termnorm.vocabulary import Vocabulary
+
+    own = Vocabulary(name="x")
+    own.add_term("甲状腺病损切除术", ["H01"])
+    own.add_term("腹腔镜胆囊切除术", ["H02"])
+    with services.session_scope(db_url) as s:
+        services.ensure_user(s, "boss", role="lead")
+        vid = services.create_vocabulary(s, own, "本院手术", "boss")
+        batch = services.create_batch(s, "第一批", vid, ["右甲状腺肿物切除"])
+        with pytest.raises(ValueError, match="exists already"):
+            services.create_vocabulary(s, own, "本院手术", "boss")
+        services.ensure_user(s, "li", role="coder")
+        with pytest.raises(PermissionError):
+            services.create_vocabulary(s, own, "科室列表", "li")
+    at = start(coder="wang")
+    assert at.session_state["vocabulary_id"] == vid and at.session_state["batch_id"] == batch
+    with services.session_scope(db_url) as s:
+        assert current_id(at) == services.mentions(s, batch)[0]["id"]
+
+
 # ----------------------------------------------------------------------------- decisions
 def test_accept_records_engine_terms(db_url):
     at = start()

@@ -289,7 +289,7 @@ def upload_edition_as_lead(app, page, edition: Path) -> None:
     """Open the Editions page as the lead and choose ``edition`` in its file box (not imported yet)."""
     open_as_lead(app, page, "Editions")
     page.wait_for_selector("text=Import a new edition")
-    page.locator("input[type=file]").set_input_files(str(edition))
+    page.locator(".st-key-ed_file input[type=file]").set_input_files(str(edition))
 
 
 def test_lead_uploads_a_new_edition_and_the_coder_meets_the_rereview_first(app, page, tmp_path):
@@ -323,6 +323,52 @@ def test_lead_uploads_a_new_edition_and_the_coder_meets_the_rereview_first(app, 
         reasons = [services.mention(s, m)["decision"]["review_note"] for m in mids]
     assert f"{retired} was retired in edition 2 (2027)" in reasons[0]
     assert f"{renamed} was renamed {renamed}（2027） in edition 2 (2027)" in reasons[1]
+
+
+def test_a_lead_adds_the_hospital_s_own_vocabulary_and_every_bad_row_is_named(app, page, tmp_path):
+    """A user test found no way to add a hospital's own list as a vocabulary of its own (only as a new edition of the
+    demo one, still named "demo-procedures" in every export), a refusal naming only the first bad row, and two
+    names under one code passed in silence."""
+    from db import editions, services
+
+    bad = tmp_path / "本院手术.csv"
+    bad.write_text("编码,名称\nH01,甲状腺切除\nH02,\nH03,胆囊切除\n,阑尾切除\n", encoding="utf-8")
+
+    def create(path: Path, name: str) -> None:
+        fold = page.locator("[data-testid=stExpander] details", has_text="Add another vocabulary")
+        if fold.get_attribute("open") is None:
+            page.get_by_text("Add another vocabulary").click()
+        page.locator(".st-key-nv_file input[type=file]").set_input_files(str(path))
+        page.get_by_label("Its name").fill(name)
+        page.get_by_label("Its name").press("Enter")
+        settle(page)
+        button(page, "nv_create").click()
+
+    open_as_lead(app, page, "Editions")
+    create(bad, "本院手术操作")
+    page.wait_for_selector("text=row 3: missing name (column '名称'); also row 5: missing code (column '编码')")
+    with services.session_scope(app["url"]) as s:
+        assert services.vocabulary_id(s, "本院手术操作") is None
+    good = tmp_path / "本院手术2.csv"
+    good.write_text("编码,名称,同义词\nH01,甲状腺切除,甲切\nH02,胆囊切除,\nH02,胆囊摘除,\n", encoding="utf-8")
+    create(good, "本院手术操作")
+    page.wait_for_selector("text=1 code(s) are given to more than one name")
+    settle(page)
+    assert any("H02: 胆囊切除 / 胆囊摘除" in a for a in page.locator("[data-testid=stAlert]").all_inner_texts())
+    # the sidebar has opened it, and its own name is what exports will say
+    page.wait_for_selector("text=Editions · 本院手术操作")
+    assert "No batch for this vocabulary yet" in page.locator("[data-testid=stSidebar]").inner_text()
+    shot(page, tmp_path, "new_vocabulary.png")
+    with services.session_scope(app["url"]) as s:
+        vid = services.vocabulary_id(s, "本院手术操作")
+        vocab = services.vocabulary_from_db(s, vid)
+        assert sorted(vocab.names) == ["甲状腺切除", "胆囊切除", "胆囊摘除"] and vocab.synonyms["甲状腺切除"] == ["甲切"]
+        made = services.audit_frame(s).query("object == 'vocabulary' and action == 'create'")
+        assert made["user"].tolist() == ["lead"] and made["object_id"].tolist() == [vid]
+        assert [e["imported_by"] for e in editions.editions(s, vid)] == ["lead"]
+    # the same name again is a new edition, not a second vocabulary
+    create(good, "本院手术操作")
+    page.wait_for_selector("text=a vocabulary named '本院手术操作' exists already")
 
 
 def test_a_truncated_edition_asks_before_it_retires_the_vocabulary(app, page, tmp_path):

@@ -309,6 +309,23 @@ def test_vocab_table_errors(tmp_path):
     raises_at(p, 3, load_vocabulary, p, match="parent code 'B9'")
 
 
+def test_a_refused_vocabulary_names_every_bad_row_and_a_code_given_twice_is_found(tmp_path):
+    """A user test fixed a hospital's list once per bad row: the refusal named only the first."""
+    p = tmp_path / "本院.csv"
+    rows = ["编码,名称", "H1,甲", "H2,", "H3,丙", ",丁"] + [f"H{i}," for i in range(10, 40)]
+    p.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    err = raises_at(p, 3, load_vocabulary, p, match="missing name")
+    assert "also row 5: missing code (column '编码'); row 6: missing name" in err.problem
+    assert "and 12 more rows (32 rows wrong; nothing imported)" in err.problem
+    t = tmp_path / "code.txt"
+    t.write_text("01.1\t甲\n01.2\n01.3\t丙\t多\n", encoding="utf-8")
+    err = raises_at(t, 2, load_vocabulary, t, match="found 1; also row 3: expected 2 TAB-separated fields")
+    p.write_text("编码,名称\nH1,甲\nH2,胆囊切除\nH2,胆囊摘除\n", encoding="utf-8")
+    assert load_vocabulary(p).shared_codes() == {"H2": ["胆囊切除", "胆囊摘除"]}
+    t.write_text("01\t甲\n02\t乙\n03\t甲\n", encoding="utf-8")  # one name under two codes is not one code twice
+    assert load_vocabulary(t).shared_codes() == {}
+
+
 def test_headerless_errors(tmp_path):
     p = tmp_path / "code.txt"
     p.write_text("01.1\t甲\n\n01.2\t乙\t多余\n", encoding="utf-8")

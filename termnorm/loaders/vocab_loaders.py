@@ -87,9 +87,9 @@ def load_vocabulary(
     try:
         fmt = resolve_format(src, format, VOCAB_FORMATS, _VOCAB_ALIASES, "a vocabulary")
         if fmt == "code_name":
-            _load_code_name(src, vocab)
+            _every_bad_row(_load_code_name, src, vocab)
         elif fmt == "vocab_table":
-            _load_vocab_table(src, vocab)
+            _every_bad_row(_load_vocab_table, src, vocab)
         elif fmt == "icd_tree":
             _load_icd_tree(src, vocab, inner_terms)
         else:
@@ -105,6 +105,23 @@ def load_vocabulary(
     return vocab
 
 
+SHOWN_BAD_ROWS = 20  # the rows a refusal names one by one; the rest are counted
+
+
+def _every_bad_row(load, src: Source, vocab: Vocabulary) -> None:
+    """Run a table loader and refuse the file naming every wrong row it noted (an admin fixed a file once per bad
+    row while the loader stopped at the first)."""
+    problems: list[DataFormatError] = []
+    load(src, vocab, problems)
+    if problems:
+        first, rest = problems[0], problems[1:]
+        more = "; ".join(f"row {e.row}: {e.problem}" for e in rest[:SHOWN_BAD_ROWS - 1])
+        left = len(rest) - (SHOWN_BAD_ROWS - 1)
+        raise DataFormatError(src.path, first.row, first.problem
+                              + (f"; also {more}" if more else "") + (f" and {left} more rows" if left > 0 else "")
+                              + (f" ({len(problems)} rows wrong; nothing imported)" if rest else ""))
+
+
 def _guess_language(names: list[str]) -> str:
     # The vocabularies at hand are either almost all CJK (zh) or none (MEDIC);
     # a 50% cut leaves a wide margin on both sides.
@@ -113,7 +130,7 @@ def _guess_language(names: list[str]) -> str:
     return "zh" if cjk * 2 >= len(sample) else "en"
 
 
-def _load_code_name(src: Source, vocab: Vocabulary) -> None:
+def _load_code_name(src: Source, vocab: Vocabulary, problems: list[DataFormatError]) -> None:
     """Header-less ``code, name`` rows (v601 xlsx, Yidu-N7K code.txt)."""
     if src.kind == "xlsx":
         rows = src.xlsx_rows()
@@ -124,7 +141,7 @@ def _load_code_name(src: Source, vocab: Vocabulary) -> None:
                     f"unexpected value in column {len(cells)} of a header-less code/name sheet; "
                     "add a header row (code, name, synonyms)",
                 )
-            _add_code_name(src, vocab, row, cells, first=row == rows[0][0])
+            _add_code_name(src, vocab, row, cells, row == rows[0][0], problems)
         return
     lines = src.lines()
     for row, line in lines:
@@ -132,19 +149,20 @@ def _load_code_name(src: Source, vocab: Vocabulary) -> None:
         while cells and not cells[-1]:
             cells.pop()  # trailing TABs are a harmless export habit
         if len(cells) != 2:
-            raise DataFormatError(
+            problems.append(DataFormatError(
                 src.path, row, f"expected 2 TAB-separated fields (code, name), found {len(cells)}"
-            )
-        _add_code_name(src, vocab, row, cells, first=row == lines[0][0])
+            ))
+            continue
+        _add_code_name(src, vocab, row, cells, row == lines[0][0], problems)
 
 
-def _add_code_name(src: Source, vocab: Vocabulary, row: int, cells: list[str], first: bool) -> None:
+def _add_code_name(src: Source, vocab: Vocabulary, row: int, cells: list[str], first: bool,
+                   problems: list[DataFormatError]) -> None:
     code = cells[0] if cells else ""
     nm = cells[1] if len(cells) > 1 else ""
-    if not code:
-        raise DataFormatError(src.path, row, "missing code")
-    if not nm:
-        raise DataFormatError(src.path, row, "missing name")
+    if not code or not nm:
+        problems.append(DataFormatError(src.path, row, "missing code" if not code else "missing name"))
+        return
     if first and not any(ch.isdigit() for ch in code):
         # Every ICD code (c1, A00, 00.01) and hospital code seen has a digit;
         # a first row without one is an unrecognised header, not a term.
@@ -160,7 +178,7 @@ def _cell(cells: list[str], j: int | None) -> str:
     return cells[j] if j is not None and j < len(cells) else ""
 
 
-def _load_vocab_table(src: Source, vocab: Vocabulary) -> None:
+def _load_vocab_table(src: Source, vocab: Vocabulary, problems: list[DataFormatError]) -> None:
     """CSV / TSV / XLSX with a header: code, name, optional synonyms and parent."""
     rows = src.table_rows()
     if not rows:
@@ -179,10 +197,10 @@ def _load_vocab_table(src: Source, vocab: Vocabulary) -> None:
     parent_rows: list[tuple[int, str, str]] = []
     for row, cells in rows[1:]:
         code, nm = _cell(cells, ci), _cell(cells, ni)
-        if not code:
-            raise DataFormatError(src.path, row, f"missing code (column {header[ci]!r})")
-        if not nm:
-            raise DataFormatError(src.path, row, f"missing name (column {header[ni]!r})")
+        if not code or not nm:
+            problems.append(DataFormatError(src.path, row, f"missing code (column {header[ci]!r})" if not code
+                                          else f"missing name (column {header[ni]!r})"))
+            continue
         syns = [s for s in (_clean(x) for x in _SYNONYM_SPLIT.split(_cell(cells, si))) if s]
         vocab.add_term(nm, [code], syns)
         if _cell(cells, pi):
