@@ -79,9 +79,13 @@ if current is None and others:
 if current is None:
     with _ui.session() as s:
         flagged = len(services.mentions(s, ctx.batch_id, status="flagged"))
-    if flagged:  # a coder is not served flagged mentions: they wait for a lead
-        st.info(f"Nothing left for you in this batch: {flagged} flagged mention(s) wait for a lead (a lead meets "
-                "them in this queue). The rest have a decision.")
+        returned = len(services.mentions(s, ctx.batch_id, status=services.REREVIEW))  # reserved for their coders
+    if flagged or returned:  # a coder is not served flagged mentions, nor a colleague's sent back
+        st.info("Nothing left for you in this batch: "
+                + (f"{flagged} flagged mention(s) wait for a lead (a lead meets them in this queue). " if flagged
+                   else "")
+                + (f"{returned} mention(s) a lead sent back wait for the coders who decided them (anyone gets them "
+                   f"after {services.RETURN_HOURS} hours). " if returned else "") + "The rest have a decision.")
     else:
         st.success("This batch is finished: every mention has a decision. Export it on the Import / Export page.")
     st.stop()

@@ -160,7 +160,7 @@ def on_send_back(decision_ids: list[int]) -> None:
     st.session_state["rv_pick"] = []
     if out.get("sent_back"):  # the note was for those: the next send-back gets its own (a user test reused one)
         st.session_state["rv_note"] = ""
-    _report("sent back to the coders", out, "sent_back")
+    _report("sent back to the coders who made them", out, "sent_back")
 
 
 picked = st.multiselect("Decisions to act on", ids, format_func=labels.get, key="rv_pick",

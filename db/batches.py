@@ -25,6 +25,8 @@ FINAL_STATUSES = ("decided", "auto_coded")  # counted as done by batch_progress 
 OPEN_STATUSES = ("new", "suggested")  # the review queue proper
 # mentions whose decision needs another look (retired / re-coded term, sent back by a lead): served first
 REREVIEW = "rereview"
+RETURN_HOURS = 48  # a decision a lead sent back waits this long for the coder who made it, then goes to anyone
+SENT_BACK = "sent back by "  # how db.review.send_back's note begins
 
 # the order coders are served in (a batch's queue_order): the file's; the least confident stored suggestion first
 # (active learning); the most confident first (quick confirmations); the text most rows share first (a pre-coded
@@ -300,6 +302,7 @@ def next_mention(s: Session, batch_id: int, username: str, order: str | None = N
     ``"confidence"`` the most confident, ``"frequency"`` the text most source
     rows share; mentions without that value come last, in file order.
 
+    A decision a lead sent back is served to the coder who made it; to others only after :data:`RETURN_HOURS`.
     Coders sharing a batch get different mentions: the mention served is
     *claimed* for ``username`` (committed), and mentions other coders claimed
     less than :data:`CLAIM_MINUTES` ago are passed over. A coder's own claimed
@@ -311,13 +314,19 @@ def next_mention(s: Session, batch_id: int, username: str, order: str | None = N
         order = queue_order(s, batch_id)
     if order not in ORDERS:
         raise ValueError(f"unknown order {order!r}; expected one of {', '.join(ORDERS)}")
-    role = s.scalar(select(User.role).where(User.username == username))
-    later = ("skipped", "flagged") if role in ("lead", "admin") else ("skipped",)
+    me = s.execute(select(User.id, User.role).where(User.username == username)).first()
+    later = ("skipped", "flagged") if me and me.role in ("lead", "admin") else ("skipped",)
     for attempt in range(CLAIM_ATTEMPTS):  # another coder may claim the same mention between our read and write
         now = utcnow()
         cutoff = now - timedelta(minutes=CLAIM_MINUTES)
         mine = (Mention.claimed_by == username) & (Mention.claimed_at >= cutoff)
         free = Mention.claimed_by.is_(None) | (Mention.claimed_by == username) | (Mention.claimed_at < cutoff)
+        # a decision a lead sent back goes back to its coder (a user test's lead note reached another coder) until
+        # RETURN_HOURS have passed, so an absent coder's work does not wait for ever
+        free &= ~select(Decision.id).where(
+            Decision.mention_id == Mention.id, Decision.is_latest, Decision.review_status == "needs_rereview",
+            Decision.review_note.startswith(SENT_BACK), Decision.reviewed_at >= now - timedelta(hours=RETURN_HOURS),
+            Decision.user_id != (me.id if me else -1)).exists()
         tier = case((Mention.status == REREVIEW, 0), (Mention.status.in_(OPEN_STATUSES), 1),
                     (Mention.status == "skipped", 2), else_=3)
         # skipped mentions come round in turn, the longest untouched first: in file order a coder skipping the

@@ -116,7 +116,7 @@ def send_back(s: Session, decision_ids: Iterable[int], username: str, note: str)
             refused.append((d.id, "a later decision on this mention replaced it"))
             continue
         d.review_status, d.reviewed_by_id, d.reviewed_at = "needs_rereview", lead.id, now
-        d.review_note = f"sent back by {lead.username}: {note}"
+        d.review_note = f"{services.SENT_BACK}{lead.username}: {note}"  # db.batches.next_mention reads it
         m = s.get(Mention, d.mention_id)
         m.status = services.REREVIEW
         m.claimed_by = m.claimed_at = None

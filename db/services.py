@@ -40,6 +40,8 @@ from db.batches import (
     ORDERS,
     ORDER_LABELS,
     REREVIEW,
+    RETURN_HOURS,
+    SENT_BACK,
     batch_progress,
     batches,
     claim,
@@ -112,7 +114,8 @@ __all__ = [
     "ACTIVE", "add_synonym", "create_vocabulary", "load_vocabulary", "retired_notes", "set_system_uri",
     "term_code_fields", "term_synonyms", "user_synonyms", "vocabularies", "vocabulary_from_db", "vocabulary_id",
     # db.batches
-    "CLAIM_MINUTES", "FINAL_STATUSES", "OPEN_STATUSES", "ORDERS", "ORDER_LABELS", "REREVIEW", "batch_progress",
+    "CLAIM_MINUTES", "FINAL_STATUSES", "OPEN_STATUSES", "ORDERS", "ORDER_LABELS", "REREVIEW", "RETURN_HOURS",
+    "SENT_BACK", "batch_progress",
     "batches", "claim", "claimed_by_others", "claims", "last_batch", "release_claim", "release_claims", "create_batch",
     "import_mentions", "mention", "mention_documents", "mentions", "next_mention", "queue_order", "set_queue_order",
     # db.suggestions

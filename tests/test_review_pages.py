@@ -252,7 +252,7 @@ def test_approve_all_approves_the_answers_shown_and_leaves_flags_and_skips_as_qu
 
 def test_a_sent_back_decision_keeps_its_relationship_unless_the_terms_change(team):
     """A user test: a mention coded "narrower" came back for re-review with "equivalent" as the default, so saving
-    the same terms again changed the coding without the coder touching it."""
+    the same terms again changed the coding without the coder touching it. The coder who decided it meets it again."""
     url = team["url"]
     at = app_as("zhang")
     mid = on_screen(at)
@@ -266,7 +266,14 @@ def test_a_sent_back_decision_keeps_its_relationship_unless_the_terms_change(tea
 
     with services.session_scope(url) as s:
         assert review.send_back(s, [first["id"]], "lead1", "which side?")["sent_back"] == [first["id"]]
-    coder = app_as("liu")
+    # it goes back to zhang, who decided it (a user test's note reached whichever coder came next), once the
+    # mention on zhang's screen is decided; a colleague is not served it
+    assert on_screen(app_as("liu")) != mid
+    coder = at
+    held = on_screen(coder)
+    assert held != mid
+    coder.button(key=f"accept_{held}").click()
+    run(coder)
     assert on_screen(coder) == mid
     assert any("(narrower)" in w.value.replace("\\", "") for w in coder.warning)  # with its relationship
     def box():  # the terms box as last drawn
@@ -299,6 +306,19 @@ def test_a_sent_back_decision_keeps_its_relationship_unless_the_terms_change(tea
         review.send_back(s, [again["id"]], "lead1", "still the side?")
         services.record_decision(s, mid, "liu", "correct", again["terms"])
     assert latest(url, mid)["relationship"] == "source-is-narrower-than-target"
+    # a sent-back decision waits RETURN_HOURS for its coder, then goes to anyone (an absent coder's work moves on)
+    from datetime import timedelta
+
+    from db.models import Decision
+
+    with services.session_scope(url) as s:
+        review.send_back(s, [latest(url, mid)["id"]], "lead1", "and the approach?")
+        services.ensure_user(s, "wu", role="coder")  # a colleague with nothing on screen
+        assert services.next_mention(s, team["bid"], "wu", claim=False)["id"] != mid
+        d = s.get(Decision, latest(url, mid)["id"])
+        d.reviewed_at -= timedelta(hours=services.RETURN_HOURS + 1)
+        s.commit()
+        assert services.next_mention(s, team["bid"], "wu", claim=False)["id"] == mid
 
 
 def test_only_a_lead_imports_a_file_s_terms_as_gold(team):
