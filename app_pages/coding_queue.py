@@ -314,10 +314,12 @@ read_kw = holder.tag(also or spelled) if (also or spelled) != text else sug.keyw
 why = explain.evidence(holder.engine, spelled, sug.candidates, read_kw)  # what each candidate rests on
 # terms that share nothing with the mention (a string of digits, a word of no procedure) are shown, not put in
 # the box: Save on a box the coder did not fill must not record a guess (the evidence's "shares nothing")
-chosen_why = [w for c, w in zip(sug.candidates, why) if c.term in sug.chosen]
-groundless = bool(chosen_why) and all(explain.NOTHING in w for w in chosen_why)
+# -- each such term of a multi-term answer too (a user test: 硅管置入术, an eye procedure, in the box for the 扩张 of
+# 输尿管镜检查+扩张+置双J管术)
+groundless = [c.term for c, w in zip(sug.candidates, why) if c.term in sug.chosen and explain.NOTHING in w]
+boxed = [t for t in sug.chosen if t not in groundless]
 if sel_key not in st.session_state:
-    st.session_state[sel_key] = list(st.session_state.get(f"boxinit_{mid}", [] if groundless else sug.chosen))
+    st.session_state[sel_key] = list(st.session_state.get(f"boxinit_{mid}", boxed))
 chosen_html = "".join(f'<span class="tn-chosen">{_ui.esc(t)}</span>' for t in sug.chosen) or "—"
 count = f"{sug.predicted_count} term" + ("s" if sug.predicted_count != 1 else "")
 _ui.markup(f'<div style="margin:.6rem 0"><span class="tn-badge tn-grey">needs {count}</span>'
@@ -325,7 +327,10 @@ _ui.markup(f'<div style="margin:.6rem 0"><span class="tn-badge tn-grey">needs {c
            f'<span class="tn-keys">model {_ui.esc(sug.model_version)}</span></div>'
            f'<div style="margin-bottom:.4rem">Suggested: {chosen_html}'
            + (' <span class="tn-keys" data-testid="tn-groundless">— shares nothing with the mention: not put in the '
-              "terms box (search the vocabulary, or reject)</span>" if groundless else "") + "</div>")
+              "terms box (search the vocabulary, or reject)</span>" if groundless and not boxed else "")
+           + (' <span class="tn-keys" data-testid="tn-groundless">— ' + _ui.esc(" · ".join(groundless))
+              + (" shares" if len(groundless) == 1 else " share") + " nothing with the mention: not put in the terms "
+              "box</span>" if groundless and boxed else "") + "</div>")
 
 same = holder.engine.same_keyword  # a keyword is marked missing / different only where coders would not write it so
 # a multi-part mention's marks compare each term with the part it answers; detail coders drop is not "lacking"

@@ -580,6 +580,31 @@ def test_each_candidate_says_what_it_rests_on_and_a_decision_changes_it_at_once(
     assert 'class="tn-new">never coded' in next(m.value for m in at.markdown if "tn-cands" in m.value)
 
 
+def test_a_term_of_a_multi_term_answer_that_shares_nothing_is_left_out_of_the_box(db_url):
+    """A user test: 输尿管镜检查+扩张+置双J管术 was answered with three terms, one of them an eye procedure that
+    "shares nothing with the mention", and all three were in the terms box, one S from being recorded. Here the
+    answer comes from a pre-coded file (db.precoded), served as stored."""
+    from termnorm.records import Candidate, Suggestion
+
+    start()
+    bid = add_batch(db_url, ["胆囊切除+阑尾切除"], name="two parts")
+    with services.session_scope(db_url) as s:
+        mid = services.mentions(s, bid)[0]["id"]
+        terms = ["胆囊切除术", "阑尾切除术", "白内障晶状体乳化和抽吸"]
+        services.store_suggestion(s, mid, Suggestion(
+            "胆囊切除+阑尾切除", [Candidate(i, t, 1.0 - i / 10) for i, t in enumerate(terms)], 3, terms, 0.4,
+            model_version="precoded:history.parquet"))
+    at = start(batch=bid)
+    assert current_id(at) == mid and suggestion(db_url, mid).chosen == terms  # shown as stored
+    assert box(at, mid).value == terms[:2]
+    said = [m.value for m in at.markdown if "tn-groundless" in m.value]
+    assert said and "白内障晶状体乳化和抽吸 shares nothing with the mention: not put in the terms box" in said[0]
+    at.button(key=f"save_{mid}").click()
+    rerun(at)
+    assert latest(db_url, mid)["decision"]["terms"] == terms[:2]
+    assert latest(db_url, mid)["decision"]["action"] == "correct"  # not the engine's answer
+
+
 def test_a_suggestion_that_shares_nothing_with_the_mention_is_shown_not_put_in_the_box(db_url):
     """A user test: a mention of digits only got a term at 0.01 in its terms box, so Save (S) recorded a guess.
     A suggestion with no ground in the mention is shown and said so; the box stays empty until the coder fills
