@@ -42,6 +42,30 @@ def pct(x) -> str:
     return "–" if x is None else f"{x:.1%}"
 
 
+#: The "What went in" rows in words (a user test read "positives base", "gold n" and "gold excluded" as jargon).
+WENT_IN = {"positives_base": "mentions kept from the model it replaces", "positives_coded": "coders' decisions",
+           "positives_labelled": "labelled mentions (imported with their terms)",
+           "gold_excluded": "coded mentions kept out of training (they are measured on)",
+           "gold_source": "measured on", "gold_n": "mentions measured on", "user_synonyms": "synonyms coders taught",
+           "confirmed_negative_pairs": "terms coders turned down", "positive_rows": "right answers among the candidates",
+           "confirmed_negatives_used": "turned-down terms among the candidates",
+           "confirmed_negatives_not_recalled": "turned-down terms not among the candidates",
+           "efn_eliminated": "candidates left out as likely right but unlabelled",
+           "mined_hard_negatives": "hard wrong candidates (ranked high by the model it replaces)",
+           "other_negatives": "other wrong candidates", "fit_seconds": "fitting time (s)"}
+
+
+def measured_on(m: dict) -> str:
+    """The serving version's held-out figure, unless too few mentions make it a number to ignore (a user test read
+    "held-out accuracy 100.0% on 4 mentions" next to the gate's refusal for too few)."""
+    n = int(m.get("n") or 0)
+    if n >= MIN_GATE_MENTIONS:
+        return f"held-out accuracy {pct(m.get('accuracy'))} on {n} mentions"
+    more = int((MIN_GATE_MENTIONS - n) / max(split["share"], 0.01) + 0.999)
+    return (f"not measured yet: {n} held-out mention(s) of the {MIN_GATE_MENTIONS} the gate needs (about {more:,} "
+            f"more decisions at the {split['share']:.0%} held out)")
+
+
 # ---------------------------------------------------------------- what serves
 st.markdown(f"### Training · {_ui.md(vocab_name)}")
 serving = registry.serving()
@@ -53,11 +77,11 @@ else:
     bands = serving.get("confidence_bands") or {}
     words = ", ".join(f"“{b['word']}” from confidence {b['min_confidence']:.2f} ({b['precision']:.0%} right, "
                       f"{b['support']} mentions)" for b in bands.get("bands", []))
-    st.caption(f"Serving: **{serving['version']}** · held-out accuracy {pct(m.get('accuracy'))} on {m.get('n')} "
-               f"mentions · confidence words: {words or 'none reached (every suggestion reads “unsure”)'}"
+    st.caption(f"Serving: **{serving['version']}** · {measured_on(m)} · confidence words: "
+               f"{words or 'none reached (every suggestion reads “unsure”)'}"
                if bands.get("measured") else
-               f"Serving: **{serving['version']}** · held-out accuracy {pct(m.get('accuracy'))} on {m.get('n')} "
-               "mentions · confidence words not measured yet (too few held-out mentions)")
+               f"Serving: **{serving['version']}** · {measured_on(m)} · confidence words not measured yet (too few "
+               "held-out mentions)")
 
 # ---------------------------------------------------------------- the evaluation split
 st.markdown("#### Evaluation split")
@@ -164,8 +188,9 @@ def job_panel() -> None:
         st.caption("No fit or retraining job has run for this vocabulary yet.")
         return
     state = job["state"]
-    st.progress(float(job.get("progress") or 0.0), text=f"**{job.get('title', '')}** · {state} · "
-                                                        f"{job.get('message', '')}")
+    said = job.get("message", "")
+    st.progress(float(job.get("progress") or 0.0), text=f"**{job.get('title', '')}** · {state}"
+                + (f" · {said}" if said and said != state else ""))  # not "done · done"
     if state not in FINAL:
         c = st.columns([1, 1, 4])
         if c[0].button("Cancel", key="cancel_job"):
@@ -183,7 +208,7 @@ def job_panel() -> None:
         if "version" in m:
             (st.success if m.get("promoted") else st.warning)(f"{m['version']} {_verdict(m.get('gate') or {})}")
             counts = m.get("counts") or {}
-            rows = [(k.replace("_", " "), f"{v:.4g}" if isinstance(v, float) else str(v))
+            rows = [(WENT_IN.get(k, k.replace("_", " ")), f"{v:.4g}" if isinstance(v, float) else str(v))
                     for k, v in counts.items() if isinstance(v, (int, float, str)) and v is not None]
             with st.expander("What went in"):
                 st.dataframe(pd.DataFrame(rows, columns=["what went in", "count"]), hide_index=True,

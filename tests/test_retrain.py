@@ -154,6 +154,12 @@ def test_training_page_retrains_in_the_background_and_registers_a_gated_version(
     assert versions["held-out accuracy"].iloc[0] == f"{m['accuracy']:.3f}"
     # what was not measured is blank, not "None" (v1 was registered without a gate)
     assert not versions.isna().any().any() and "None" not in versions.astype(str).values
+    # the serving version's figure on too few held-out mentions is not given as a percentage (a user test read
+    # "100.0% on 4 mentions" beside the gate's refusal), and what went in reads in words
+    serving_line = next(c.value for c in at.caption if c.value.startswith("Serving:"))
+    assert f"of the {MIN_GATE_MENTIONS} the gate needs" in serving_line and "% on" not in serving_line
+    went_in = next(df.value for df in at.dataframe if "what went in" in df.value.columns)
+    assert "coders' decisions" in went_in["what went in"].tolist() and "positives base" not in went_in.values
     counts = [met for met in at.metric if met.label in ("accepted", "corrected", "all pairs", "labelled mentions")]
     assert len(counts) == 4 and all(met.help for met in counts)  # each count says what it counts
 
