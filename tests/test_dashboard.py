@@ -249,6 +249,7 @@ def test_figures_have_the_expected_traces_and_hover():
 
     pairs = fig_confused_pairs(confused_pairs(DECISIONS))
     assert pairs.data[0].orientation == "h" and list(pairs.data[0].y) == ["C → F", "A → B"]
+    assert pairs.layout.xaxis.dtick == 1 and pairs.layout.xaxis.tickformat == "d"  # counts: no "0.5" ticks
 
     thr = fig_throughput(coder_throughput(DECISIONS))
     assert list(thr.data[0].x) == ["ann", "bob"] and _hover_has(thr, "session")
@@ -277,4 +278,4 @@ def test_a_time_chart_of_one_day_has_day_ticks_and_the_treemap_opens_on_chapters
     errs = Numbers(pd.DataFrame({"chapter": ["51 胆", "51 胆", "06 甲"], "category": ["51.2", "51.5", "06.3"],
                                       "count": [3, 1, 2]}), "how", {})
     tree = fig_errors_treemap(errs)
-    assert tree.data[0].maxdepth == 2 and "%{value} errors" in tree.data[0].texttemplate
+    assert tree.data[0].maxdepth == 2 and "%{value} missed" in tree.data[0].texttemplate  # not "1 errors"

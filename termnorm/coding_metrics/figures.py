@@ -71,10 +71,12 @@ def fig_errors_treemap(numbers: Numbers):
 
     fig = px.treemap(numbers.table, path=[px.Constant("all"), "chapter", "category"], values="count", maxdepth=2)
     # chapters only at first (a click opens one): two levels of small boxes left no label readable
-    fig.update_traces(texttemplate="<b>%{label}</b><br>%{value} errors", textfont_size=15, root_color="#f3f4f6")
+    # "missed", not "errors": a tile of one read "1 errors"; a tile too small for 10-point text hides its label (the
+    # hover still names it)
+    fig.update_traces(texttemplate="<b>%{label}</b><br>%{value} missed", textfont_size=15, root_color="#f3f4f6")
     fig.update_layout(title="Missed terms by vocabulary chapter (click a chapter for its categories)", height=460,
-                      uniformtext={"minsize": 12, "mode": "hide"}, margin={"t": 50, "l": 5, "r": 5, "b": 5})
-    return _hover(fig, numbers.how, "%{label}: %{value} errors")
+                      uniformtext={"minsize": 10, "mode": "hide"}, margin={"t": 50, "l": 5, "r": 5, "b": 5})
+    return _hover(fig, numbers.how, "%{label}: %{value} missed")
 
 
 def fig_confused_pairs(numbers: Numbers):
@@ -84,6 +86,9 @@ def fig_confused_pairs(numbers: Numbers):
     t = numbers.table.assign(pair=lambda d: d["engine_term"] + " → " + d["coder_term"])
     fig = px.bar(t.iloc[::-1], x="count", y="pair", orientation="h")
     fig.update_layout(title="Most confused terms (engine → coder)", yaxis_title="")
+    # counts: whole ticks (a user test read "0 0.5 1 1.5 2" squeezed together under counts of one and two)
+    top = int(t["count"].max()) if len(t) else 1
+    fig.update_xaxes(tickformat="d", rangemode="tozero", dtick=1 if top <= 10 else None, title_text="times")
     return _hover(fig, numbers.how, "%{y}: %{x} times")
 
 
