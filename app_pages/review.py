@@ -34,30 +34,6 @@ st.caption("Every decision has a mapping status: **unchecked** (a coder's, not r
            + ("Self-approval is allowed by an admin." if self_ok else
               "Nobody approves their own decisions (an admin can allow it on the Users page)."))
 
-# ---------------------------------------------------------------- who holds what (the sidebar's batch)
-def on_release(coder: str) -> None:
-    try:
-        with _ui.session() as s:
-            n = services.release_claims(s, ctx.username, ctx.batch_id, coder)
-    except PermissionError as e:
-        _ui.flash("error", f"Not released: {e}")
-        return
-    _ui.flash("success", f"released {n} mention(s) {coder} held: they are back in the queue")
-
-
-if ctx.batch_id is not None:
-    with _ui.session() as s:
-        held = services.claims(s, ctx.batch_id)
-    if held:
-        with st.expander(f"{len(held)} open mention(s) of this batch are on coders' screens now"):
-            st.dataframe(pd.DataFrame({"coder": [h["coder"] for h in held], "#": [h["position"] for h in held],
-                                       "mention": [h["text"] for h in held], "since": [h["since"] for h in held]}),
-                         hide_index=True, width="stretch")
-            st.caption(f"A claim lapses by itself after {services.CLAIM_MINUTES} minutes; release one now when its "
-                       "coder has left (the mention goes back to the queue, nothing decided is touched).")
-            for i, coder in enumerate(sorted({h["coder"] for h in held})):
-                st.button(f"Release {coder}'s mentions", key=f"rv_release_{i}", on_click=on_release, args=(coder,))
-
 # ---------------------------------------------------------------- filters
 batches = {b["id"]: b["name"] for b in batch_list}
 # a row that wraps: in four columns the Status filter cut its two default chips ("flag…") at 1,280 px
@@ -76,6 +52,33 @@ with _ui.session() as s:
     df = review.review_frame(s, vocabulary_id=ctx.vocabulary_id, batch_id=batch_pick, coders=coders,
                              statuses=statuses, min_confidence=low if low > 0 else None,
                              max_confidence=high if high < 1 else None)
+
+# ---------------------------------------------------------------- who holds what (the batches the filter shows)
+def on_release(coder: str, batch_ids: list[int]) -> None:
+    try:
+        with _ui.session() as s:
+            n = sum(services.release_claims(s, ctx.username, b, coder) for b in batch_ids)
+    except PermissionError as e:
+        _ui.flash("error", f"Not released: {e}")
+        return
+    _ui.flash("success", f"released {n} mention(s) {coder} held: they are back in the queue")
+
+
+# the filter's batch, not the sidebar's (a user test filtered on a batch and saw no panel for it)
+shown_batches = [batch_pick] if batch_pick is not None else list(batches)
+with _ui.session() as s:
+    held = [dict(h, batch=b) for b in shown_batches for h in services.claims(s, b)]
+if held:
+    where = "this batch" if batch_pick is not None else "these batches"
+    with st.expander(f"{len(held)} open mention(s) of {where} are on coders' screens now"):
+        st.dataframe(pd.DataFrame({"coder": [h["coder"] for h in held], "batch": [batches[h["batch"]] for h in held],
+                                   "#": [h["position"] for h in held], "mention": [h["text"] for h in held],
+                                   "since": [h["since"] for h in held]}), hide_index=True, width="stretch")
+        st.caption(f"A claim lapses by itself after {services.CLAIM_MINUTES} minutes; release one now when its "
+                   "coder has left (the mention goes back to the queue, nothing decided is touched).")
+        for i, coder in enumerate(sorted({h["coder"] for h in held})):
+            st.button(f"Release {coder}'s mentions", key=f"rv_release_{i}", on_click=on_release,
+                      args=(coder, sorted({h["batch"] for h in held if h["coder"] == coder})))
 
 st.markdown(f"**{len(df)}** decision(s) match.")
 if df.empty:

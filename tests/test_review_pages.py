@@ -449,6 +449,21 @@ def test_a_lead_sees_who_holds_what_and_releases_it(team):
     # the released mention is served to the next coder who asks
     with services.session_scope(url) as s:
         assert services.next_mention(s, team["bid"], "liu")["id"] == held
+    # the panel follows the Review filter's batch, not the sidebar's (a user test saw none for the batch it filtered)
+    with services.session_scope(url) as s:
+        other = services.create_batch(s, "第二批", team["vid"], ["胆囊切除", "阑尾切除"])
+        services.next_mention(s, other, "zhang")
+    at = app_as("lead1", "review.py")
+    assert at.session_state["batch_id"] != other
+    batch_box = next(b for b in at.selectbox if b.key.startswith("rv_batch_"))
+    batch_box.set_value(other)
+    run(at)
+    panel = [e.label for e in at.expander if "on coders' screens now" in e.label]
+    assert panel == ["1 open mention(s) of this batch are on coders' screens now"], panel
+    batch_box = next(b for b in at.selectbox if b.key.startswith("rv_batch_"))
+    batch_box.select_index(0)  # every batch
+    run(at)
+    assert any("2 open mention(s) of these batches" in e.label for e in at.expander)  # zhang in one, liu in the other
 
 
 def test_a_coder_who_leaves_frees_the_mention_on_screen_and_comes_back_to_the_last_batch(team):
