@@ -239,6 +239,10 @@ def candidate_table_html(cands: list[Candidate], mention_spans: list[KeywordSpan
         spans = tag(c.term)
         kw = (answered_part(parts, spans, same) if parts and len(parts) > 1 else []) or mention_spans
         marks = compare_keywords(kw, spans, same)
+        if kw is not mention_spans:  # a keyword the mention names in another part is not "different" (a user test:
+            # 阴茎 of 阴茎皮条法尿道成形术 was red against the 尿道成形术 of 阴茎矫直术+尿道成形术)
+            whole = compare_keywords(mention_spans, spans, same)
+            marks = [None if m == "mismatch" and w != "mismatch" else m for m, w in zip(marks, whole)]
         term = highlight_html(c.term, spans, marks)
         miss = missing_keywords(kw, spans, same, dropped)
         if miss:

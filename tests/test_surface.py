@@ -185,6 +185,10 @@ def test_a_multi_part_mention_s_term_is_marked_against_the_part_it_answers():
     wrong = table("阑尾切除术", parts)  # it answers the first part by its type, and says what it lacks there
     assert "lacks 脾" in wrong and "kw-mismatch" in wrong
     assert "lacks 脾, 切除, 胆囊" in table("肝移植术", parts)  # no part in common: against the whole mention
+    # a site the term shares with the mention's other part is not marked "different" (a user test: 阴茎 of
+    # 阴茎皮条法尿道成形术 was red against 尿道成形术 of 阴茎矫直术+尿道成形术)
+    both = table("脾胆囊切除术", parts)
+    assert "kw-mismatch" not in both and re.search(r'kw-site kw-match" title="site \(match\)">脾', both), both
 
 
 def test_the_score_bar_is_the_probability_not_the_share_of_the_best():
