@@ -430,6 +430,26 @@ def test_a_new_edition_uploaded_on_the_editions_page_sends_the_broken_decisions_
     assert not vocab_page.exception
 
 
+def test_the_edition_tabs_count_every_change_not_the_stored_list(team, tmp_path, monkeypatch):
+    """A user test's edition added 13,464 names; its tab read "added (2000)", the length of the list kept."""
+    from db import editions
+    from termnorm.loaders import load_vocabulary
+
+    monkeypatch.setattr(editions, "DIFF_LIST_LIMIT", 2)
+    with services.session_scope(team["url"]) as s:
+        vocab = services.vocabulary_from_db(s, team["vid"])
+    new_file = tmp_path / "procedures-2027.csv"
+    new_file.write_text("code,name\n" + "".join(f"{c},{n}\n" for n in vocab.names for c in vocab.codes[n])
+                        + "".join(f"99.{i:02d},新增操作{i}\n" for i in range(5)), encoding="utf-8")
+    with services.session_scope(team["url"]) as s:
+        out = editions.import_edition(s, team["vid"], load_vocabulary(new_file, name="demo-procedures"), "2027",
+                                      "lead1", source_file=new_file.name)
+    assert out["counts"]["added"] == 5
+    at = app_as("lead1", "editions.py")
+    assert [t.label for t in at.tabs] == ["renamed (0)", "retired (0)", "code changed (0)",
+                                          "added (5; the first 2 listed)"]
+
+
 def test_a_lead_sees_who_holds_what_and_releases_it(team):
     url = team["url"]
     at_zhang = app_as("zhang")  # the coding page claims the mention on zhang's screen
