@@ -90,7 +90,8 @@ with st.sidebar:
                    "below.", icon=":material/link_off:")
     if vocab_ids:
         if ss.get("vocabulary_id") not in vocab_ids:
-            ss["vocabulary_id"] = _ui.first_vocabulary(vocabs)
+            with _ui.session() as s:
+                ss["vocabulary_id"] = _ui.first_vocabulary(vocabs, services.batches(s))
         st.selectbox("Vocabulary", vocab_ids, format_func=vocab_names.get, **_bound("_vocabulary", "vocabulary_id"),
                      help=f"Every page works on {vocab_names[ss['vocabulary_id']]}")  # the box may cut a long name
         with _ui.session() as s:

@@ -46,7 +46,8 @@ RELATIONSHIP_KEYS = [("1", "equivalent", "1 equivalent"), ("2", "source-is-narro
 ctx = _ui.page()
 
 if ctx.vocabulary_id is None or ctx.batch_id is None:
-    st.info("No batch to code: import mentions on the Import / Export page.")
+    st.info("No batch to code in this vocabulary yet: mentions come in as a batch on the Import / Export page (a lead "
+            "or IT imports them). Other vocabularies are in the sidebar.")
     st.stop()
 
 holder = ctx.holder()

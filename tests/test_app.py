@@ -120,6 +120,9 @@ def test_a_new_coder_opens_the_vocabulary_the_team_added_not_the_demo(db_url):
         services.ensure_user(s, "li", role="coder")
         with pytest.raises(PermissionError):
             services.create_vocabulary(s, own, "科室列表", "li")
+        # a later vocabulary with nothing to code yet is not where people land (a second user test's coders were
+        # told to import mentions there)
+        services.create_vocabulary(s, own, "另一个目录", "boss")
     at = start(coder="wang")
     assert at.session_state["vocabulary_id"] == vid and at.session_state["batch_id"] == batch
     with services.session_scope(db_url) as s:
