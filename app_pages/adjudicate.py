@@ -105,6 +105,7 @@ if sel_key not in ss:
 # ---------------------------------------------------------------- actions
 def on_use(terms: list[str]) -> None:
     ss[sel_key] = list(terms)
+    ss[f"adj_none_{task_id}_{mid}"] = not terms  # an answer of "no term fits" ticks the box (a user test's did not)
 
 
 def on_pick(term: str) -> None:

@@ -287,6 +287,27 @@ def test_adjudicate_side_by_side_and_save(world):
     assert overview["gold"].tolist() == [B, "— open —"]
 
 
+def test_using_an_answer_of_no_term_fits_ticks_the_box(world):
+    """A user test pressed "Use ann2's answer" on ann2's "no term fits": the box stayed unticked and Save refused."""
+    mids = world["mentions"]
+    with services.session_scope(world["url"]) as s:
+        tid = gold.create_gold_task(s, "lead1", "t", world["batch_id"], ["li", "wang"])
+    annotate(world["url"], tid, mids, {"li": LI[:3] + [[]] + LI[4:], "wang": WANG})
+    at = page_as("lead1", "adjudicate.py", vocabulary_id=world["vocabulary_id"])
+    at.selectbox(key=f"adj_pick_{tid}").set_value(mids[3])
+    run(at)
+    press(at, button(at, "Use li's answer"))
+    assert at.checkbox(key=f"adj_none_{tid}_{mids[3]}").value is True
+    assert at.multiselect(key=f"adj_terms_{tid}_{mids[3]}").value == []
+    press(at, button(at, "Use wang's answer"))  # and back: a term, the box unticked
+    assert at.checkbox(key=f"adj_none_{tid}_{mids[3]}").value is False
+    press(at, button(at, "Use li's answer"))
+    press(at, at.button(key=f"adj_save_{tid}_{mids[3]}"))
+    with services.session_scope(world["url"]) as s:
+        g = gold.gold_labels(s, "lead1", tid).set_index("mention_id")
+    assert list(g.loc[mids[3], "terms"]) == [] and g.loc[mids[3], "by"] == "lead1"
+
+
 def test_an_annotator_lands_on_annotate_and_claims_no_coding_mention(world):
     """A user test: annotators signing in landed on the coding queue, which claimed a mention each and kept it
     from the coders for 15 minutes ("2 other mention(s) on colleagues' screens now")."""
