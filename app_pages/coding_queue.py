@@ -128,6 +128,7 @@ def _forget(mention_id: int) -> None:
         del st.session_state[k]
 
 
+GROUNDLESS_KEPT = 0.5  # a suggested term that shares nothing with the mention stays in the box from this ranker score
 HEARD = "_decision_heard"  # set by a decision button's callback: its click reached this server session
 
 
@@ -317,7 +318,10 @@ why = explain.evidence(holder.engine, spelled, sug.candidates, read_kw)  # what 
 # the box: Save on a box the coder did not fill must not record a guess (the evidence's "shares nothing")
 # -- each such term of a multi-term answer too (a user test: 硅管置入术, an eye procedure, in the box for the 扩张 of
 # 输尿管镜检查+扩张+置双J管术)
-groundless = [c.term for c, w in zip(sug.candidates, why) if c.term in sug.chosen and explain.NOTHING in w]
+# -- unless the ranker is sure of it all the same (GROUNDLESS_KEPT: 化疗 of 乳腺癌术后+化疗 shares no run of text with
+# 化学治疗, its right term, in a second user test)
+groundless = [c.term for c, w in zip(sug.candidates, why) if c.term in sug.chosen and explain.NOTHING in w
+              and c.scores.get("ranker", 0.0) < GROUNDLESS_KEPT]
 boxed = [t for t in sug.chosen if t not in groundless]
 if sel_key not in st.session_state:
     st.session_state[sel_key] = list(st.session_state.get(f"boxinit_{mid}", boxed))
