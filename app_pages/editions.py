@@ -34,8 +34,9 @@ def _read_upload(up):
         try:
             read = load_vocabulary(path)
         except (DataFormatError, ValueError, OSError) as e:
-            why = str(e).replace(str(path), up.name).removeprefix(f"{up.name}: ")  # the loader names the file too
-            _ui.flash("error", f"{up.name}: not imported: {why}")
+            # the loader names the file too: "NAME: problem" or "NAME, row 7: problem"
+            why = str(e).replace(str(path), up.name).removeprefix(up.name).removeprefix(":").removeprefix(",")
+            _ui.flash("error", f"{up.name}: not imported: {why.strip()}")
             return None
     read.source = up.name
     return read

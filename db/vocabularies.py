@@ -91,9 +91,9 @@ def create_vocabulary(s: Session, vocab: Vocabulary, name: str, username: str) -
     name = " ".join((name or "").split())
     if not name or len(name) > 200:
         raise ValueError("give the vocabulary a name (at most 200 characters)")
-    taken = s.scalar(select(VocabularyRow.id).where(func.lower(VocabularyRow.name) == name.lower()))
-    if taken is not None:
-        raise ValueError(f"a vocabulary named {name!r} exists already; a new file of it is a new edition "
+    taken = s.scalar(select(VocabularyRow.name).where(func.lower(VocabularyRow.name) == name.lower()))
+    if taken is not None:  # its own spelling: a user test typed "hospdx" for HospDx
+        raise ValueError(f"a vocabulary named {taken!r} exists already; a new file of it is a new edition "
                          "(Editions page, with that vocabulary picked)")
     vid = load_vocabulary(s, vocab, name)
     first = s.scalar(select(VocabularyEdition).where(VocabularyEdition.vocabulary_id == vid))

@@ -347,6 +347,8 @@ def test_a_lead_adds_the_hospital_s_own_vocabulary_and_every_bad_row_is_named(ap
     open_as_lead(app, page, "Editions")
     create(bad, "本院手术操作")
     page.wait_for_selector("text=row 3: missing name (column '名称'); also row 5: missing code (column '编码')")
+    said = next(a for a in page.locator("[data-testid=stAlert]").all_inner_texts() if "missing name" in a)
+    assert said.count("本院手术.csv") == 1 and "本院手术.csv: not imported: row 3:" in said, said
     with services.session_scope(app["url"]) as s:
         assert services.vocabulary_id(s, "本院手术操作") is None
     good = tmp_path / "本院手术2.csv"
@@ -369,6 +371,9 @@ def test_a_lead_adds_the_hospital_s_own_vocabulary_and_every_bad_row_is_named(ap
     # the same name again is a new edition, not a second vocabulary
     create(good, "本院手术操作")
     page.wait_for_selector("text=a vocabulary named '本院手术操作' exists already")
+    with services.session_scope(app["url"]) as s:  # the name as it is spelt, whatever case was typed
+        with pytest.raises(ValueError, match="named 'demo-procedures' exists already"):
+            services.create_vocabulary(s, vocab, "DEMO-Procedures", "lead")
 
 
 def test_a_truncated_edition_asks_before_it_retires_the_vocabulary(app, page, tmp_path):

@@ -278,7 +278,12 @@ def test_empty_and_unknown(tmp_path):
     c = tmp_path / "ok.txt"
     c.write_text("A1\tx\n", encoding="utf-8")
     raises_at(c, None, load_vocabulary, c, format="bogus", match="unknown format 'bogus'")
-    raises_at(c, None, load_labelled, c, match="not labelled mentions")
+    err = raises_at(c, None, load_labelled, c, match="not labelled mentions")
+    assert "this reads as a code / name list, not labelled mentions (expected CHIP-CDN mentions" in str(err)
+    m = tmp_path / "mentions.csv"  # a user test uploaded a list of mentions as a vocabulary
+    m.write_text("mention\n胆囊切除\n", encoding="utf-8")
+    err = raises_at(m, None, load_vocabulary, m, match="this reads as a table of mentions")
+    assert "_" not in err.problem, err.problem  # no internal format names
     raises_at(tmp_path / "nope.txt", None, load_vocabulary, tmp_path / "nope.txt", match="not found")
 
 

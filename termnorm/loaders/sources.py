@@ -37,6 +37,10 @@ from ..errors import DataFormatError
 VOCAB_FORMATS = ("code_name", "vocab_table", "icd_tree", "medic")
 LABELLED_FORMATS = ("cdn_json", "labelled_table", "pubtator")
 ALL_FORMATS = VOCAB_FORMATS + LABELLED_FORMATS
+#: Each format in a person's words (a user test read "this is a labelled_table file" for a list of mentions).
+FORMAT_WORDS = {"code_name": "a code / name list", "vocab_table": "a vocabulary table (code and name columns)",
+                "icd_tree": "an ICD tree (JSON)", "medic": "MEDIC", "cdn_json": "CHIP-CDN mentions (JSON)",
+                "labelled_table": "a table of mentions (a mention column)", "pubtator": "PubTator abstracts"}
 
 # Header aliases, compared after _header_key() (lower case, no blanks / _ / -).
 CODE_HEADERS = {
@@ -338,6 +342,7 @@ def resolve_format(
             )
     if fmt not in allowed:
         raise DataFormatError(
-            src.path, None, f"this is a {fmt} file, not {what} (expected one of {', '.join(allowed)})"
+            src.path, None, f"this reads as {FORMAT_WORDS[fmt]}, not {what} (expected "
+                            f"{' or '.join(FORMAT_WORDS[a] for a in allowed)})"
         )
     return fmt
