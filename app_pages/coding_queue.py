@@ -73,8 +73,12 @@ if last:  # read from the database on every draw: after a restart or a dropped c
                     + f" · {at:%H:%M:%S}", help="Your latest decision in this batch, as the database holds it.")
 
 if current is None and others:
+    with _ui.session() as s:
+        returned = len(services.mentions(s, ctx.batch_id, status=services.REREVIEW))
     st.info(f"Nothing left for you here: the {others} mention(s) still open are on colleagues' screens. "
-            f"A mention left undecided comes back to the queue after {services.CLAIM_MINUTES} minutes.")
+            f"A mention left undecided comes back to the queue after {services.CLAIM_MINUTES} minutes"
+            + (f"; one a lead sent back, to the coder who decided it (to anyone after {services.RETURN_HOURS} "
+               "hours)." if returned else "."))
     st.button("Check again", key="recheck")
     st.stop()
 if current is None:

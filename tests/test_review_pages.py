@@ -321,6 +321,29 @@ def test_a_sent_back_decision_keeps_its_relationship_unless_the_terms_change(tea
         assert services.next_mention(s, team["bid"], "wu", claim=False)["id"] == mid
 
 
+def test_a_colleague_is_told_the_last_mention_went_back_to_its_coder(team):
+    """A user test: with only a sent-back mention left, on its coder's screen, a colleague was promised it "comes
+    back to the queue after 15 minutes"; it is its coder's for 48 hours."""
+    from db import review
+
+    url = team["url"]
+    with services.session_scope(url) as s:
+        bid = services.create_batch(s, "one left", team["vid"], ["胆囊切除"])
+        mid = services.mentions(s, bid)[0]["id"]
+        d = services.record_decision(s, mid, "zhang", "reject")
+        review.send_back(s, [d], "lead1", "看一下病历")
+    liu = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    liu.session_state["auth_user"] = "liu"
+    liu.query_params["batch"] = str(bid)
+    run(liu)
+    assert any("a lead sent back wait for the coders who decided them" in i.value for i in liu.info)
+    with services.session_scope(url) as s:
+        assert services.next_mention(s, bid, "zhang")["id"] == mid  # on zhang's screen now
+    run(liu)
+    said = [i.value for i in liu.info if "colleagues' screens" in i.value]
+    assert said and "one a lead sent back, to the coder who decided it" in said[0], said
+
+
 def test_only_a_lead_imports_a_file_s_terms_as_gold(team):
     """Gold trains the engine and measures it: a coder's file with a terms column (a re-imported export, say) is
     imported to be coded, and the page says its terms were not taken; a lead's file keeps them."""
