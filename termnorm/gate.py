@@ -138,8 +138,8 @@ class Gate:
             return "the serving model was measured on other held-out mentions: re-evaluate it (baseline=)"
         if (res.gold_n or 0) < self.min_n:
             return (f"too few held-out mentions to compare: {res.gold_n or 0} < {self.min_n} (below that a "
-                    f"clearly worse model passes too often by chance); add labelled mentions or widen the "
-                    f"evaluation split")
+                    f"clearly worse model passes too often by chance); they grow as coders decide (a share of "
+                    f"the coded mentions is held out), with a gold task, or with labelled mentions")
         return None
 
     def _compare(self, res: GateResult) -> tuple[bool, str]:

@@ -158,6 +158,7 @@ def test_training_page_retrains_in_the_background_and_registers_a_gated_version(
     # "100.0% on 4 mentions" beside the gate's refusal), and what went in reads in words
     serving_line = next(c.value for c in at.caption if c.value.startswith("Serving:"))
     assert f"of the {MIN_GATE_MENTIONS} the gate needs" in serving_line and "% on" not in serving_line
+    assert "they grow as coders decide" in gate["reason"] and "widen" not in gate["reason"]
     went_in = next(df.value for df in at.dataframe if "what went in" in df.value.columns)
     assert "coders' decisions" in went_in["what went in"].tolist() and "positives base" not in went_in.values
     counts = [met for met in at.metric if met.label in ("accepted", "corrected", "all pairs", "labelled mentions")]
