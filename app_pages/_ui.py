@@ -68,11 +68,12 @@ def first_vocabulary(vocabs: list[dict], batch_list: list[dict]) -> int:
     own = [v["id"] for v in vocabs if v["name"] not in DEMO_VOCABULARIES]
     open_work = {b["vocabulary_id"] for b in batch_list if b["n_done"] < b["n_mentions"]}
     any_work = {b["vocabulary_id"] for b in batch_list}
-    for wanted in (open_work, any_work):
-        found = [v for v in own if v in wanted] or [v["id"] for v in vocabs if v["id"] in wanted]
+    for wanted in (open_work, any_work):  # the team's newest first
+        found = [v for v in own if v in wanted]
         if found:
             return found[-1]
-    return own[-1] if own else vocabs[0]["id"]
+    demo = [v["id"] for v in vocabs if v["id"] in open_work] or [v["id"] for v in vocabs if v["id"] in any_work]
+    return demo[0] if demo else own[-1] if own else vocabs[0]["id"]  # the demo's first: its procedures
 
 
 DATABASE_DOWN = services.DATABASE_DOWN  # what a database that is down or unreachable raises (db.store)
