@@ -63,8 +63,9 @@ def ready_database(url: str) -> str:
 def first_vocabulary(vocabs: list[dict], batch_list: list[dict]) -> int:
     """The vocabulary a session opens with when nothing names one: the newest the team added (not a demo one:
     seeded into an empty database first, a user test's new coders all landed in the demo batch) that has a batch
-    with mentions left to code; else the newest with a batch at all; else the newest. A second test's coders
-    landed on a vocabulary just added, with nothing to code and a 600,000-name engine to load."""
+    with mentions left to code; else the newest with a batch at all; else the first demo vocabulary with work
+    (before a team adds one: the demo's procedures); else the newest. A second test's coders landed on a
+    vocabulary just added, with nothing to code and a 600,000-name engine to load."""
     own = [v["id"] for v in vocabs if v["name"] not in DEMO_VOCABULARIES]
     open_work = {b["vocabulary_id"] for b in batch_list if b["n_done"] < b["n_mentions"]}
     any_work = {b["vocabulary_id"] for b in batch_list}
