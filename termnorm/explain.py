@@ -175,7 +175,9 @@ def _shared(engine, text: str, read_spans, term: str) -> list[str]:
                     if ka == kb and a != b), reverse=True) if d is not None else []
     used, rewrites = set(), []
     for w, a, b in pairs:
-        if w >= REWRITE_SHOWN and a not in used and b not in used:
+        # one character is too little to name a rewrite on (a user test read "learned: 面 → 全部" for 左膝人工关节表面
+        # 置换术: 面 of 表面 tagged as the face)
+        if w >= REWRITE_SHOWN and a not in used and b not in used and min(len(a), len(b)) >= 2:
             used |= {a, b}
             rewrites.append(f"{a} → {b}")
     if rewrites:

@@ -110,3 +110,31 @@ def test_a_term_first_because_its_text_was_coded_so_says_why_it_outranks_higher_
     rows = html.split("<tr")[2:]
     assert "first: coded as written" in rows[0]
     assert all("first: coded as written" not in r for r in rows[1:])
+
+
+def test_a_rewrite_is_named_only_between_words_of_two_characters_or_more(tmp_path):
+    """A user test on a hospital's ICD-9-CM-3 list, day one: 全部膝关节置换 for 左膝人工关节表面置换术 read "learned: 面 →
+    全部" (面 of 表面 tagged as the face, 全部 mined from the list as a site; the shipped scorer weighs it 1.6)."""
+    from helpers import DATA
+
+    from app_pages import _ui
+    from db import services
+    from termnorm.loaders import load_vocabulary
+    from termnorm.records import Candidate
+
+    url = f"sqlite:///{tmp_path / 'x.sqlite3'}"
+    services.init_db(url)
+    with services.session_scope(url) as s:
+        services.ensure_user(s, "boss", role="lead")
+        vid = services.create_vocabulary(s, load_vocabulary(DATA / "icd9cm3" / "icd9cm3_yibao_v2_tree.json"), "本院",
+                                         "boss")
+    eng = _ui.build_holder(url, vid).engine
+    mention = "左膝人工关节表面置换术"
+    assert eng.diff_scorer.rewrite_weight("面", "全部") >= explain.REWRITE_SHOWN  # the pair is weighty
+    why = explain.evidence(eng, mention, [Candidate(0, "全部膝关节置换", 0.5, {}, [])], eng.tag(mention))[0]
+    assert not any(w.startswith("learned") for w in why), why
+    # a pair of words is still named (肿物 -> 病损 on the same scorer)
+    why = explain.evidence(eng, "甲状腺肿物切除术", [Candidate(0, "甲状腺病损切除术", 0.5, {}, [])],
+                           eng.tag("甲状腺肿物切除术"))[0]
+    assert "learned: 肿物 → 病损" in why, why
+    services.dispose(url)
