@@ -9,6 +9,7 @@ download. Every action goes through db.gold, which checks the lead role again.
 """
 
 import math
+import time
 
 import pandas as pd
 import streamlit as st
@@ -52,9 +53,12 @@ def on_create() -> None:
                 per_mention=int(ss.get("gt_per_mention") or 2), mode=ss.get("gt_mode", "blind"),
                 sample=sample or None, seed=int(ss.get("gt_seed") or 0))
     except (ValueError, KeyError, PermissionError) as e:
+        made = ss.get("gt_made")  # a double click: the first press made it (a user test saw "created" and an error)
+        if made and made[:2] == (ss.get("gt_name", "").strip(), ss.get("gt_batch")) and time.time() - made[2] < 10:
+            return
         _ui.flash("error", f"Task not created: {e}")
         return
-    ss["gt_selected"] = tid
+    ss["gt_selected"], ss["gt_made"] = tid, (ss.get("gt_name", "").strip(), ss.get("gt_batch"), time.time())
     _ui.flash("toast", f"Gold task {ss.get('gt_name')!r} created")
 
 

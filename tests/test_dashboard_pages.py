@@ -160,6 +160,8 @@ def test_gold_tasks_page_creates_a_task_and_shows_hand_computed_agreement(world)
     at.selectbox(key="gt_batch").set_value(world["batch_id"])
     at.multiselect(key="gt_annotators").set_value(["li", "wang"])
     press(at, button(at, "Create gold task"))
+    press(at, button(at, "Create gold task"))  # a double click: one task, and no "not created" beside "created"
+    assert not at.error, [e.value for e in at.error]
     with services.session_scope(world["url"]) as s:
         (t,) = gold.gold_tasks(s, "lead1", batch_id=world["batch_id"])
     assert (t["name"], t["mode"], t["n_mentions"], t["annotators"], t["created_by"]) == (
