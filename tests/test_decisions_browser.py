@@ -113,6 +113,15 @@ def quiet(pg, url: str) -> None:
             return
 
 
+def leave_box_and_press(pg, app, key: str) -> None:
+    """Esc out of the box being typed in, then ``key`` once the dwell rule allows it, and wait for its effect."""
+    pg.keyboard.press("Escape")
+    pg.wait_for_function("document.activeElement === document.body")
+    pg.wait_for_timeout(600)  # past the dwell rule (MIN_GAP_S)
+    pg.keyboard.press(key)
+    quiet(pg, app["url"])
+
+
 def shot(pg, tmp_path: Path, name: str) -> None:
     path = tmp_path / name
     pg.screenshot(path=str(path), full_page=True)
@@ -203,11 +212,7 @@ def test_enter_after_typing_in_the_terms_box_adds_one_term_not_every_match(app, 
     after = in_box()
     assert len(after) == len(before) + 1 and after[:len(before)] == before, (before, after)
     # Esc leaves the box, and the next key saves what it holds (a user test's keys went on typing into it)
-    page.keyboard.press("Escape")
-    page.wait_for_function("document.activeElement === document.body")
-    page.wait_for_timeout(600)  # past the dwell rule (MIN_GAP_S)
-    page.keyboard.press("s")
-    quiet(page, app["url"])
+    leave_box_and_press(page, app, "s")
     saved = [r for r in decisions(app["url"]) if r["mention_id"] == mid]
     assert len(saved) == 1 and sorted(saved[0]["terms"]) == sorted(after), (saved, after)
 
@@ -221,11 +226,7 @@ def test_a_comment_typed_before_a_decision_key_is_kept_and_enter_in_it_flags(app
     first = on_screen(page)
     page.locator(f".st-key-comment_{first} input").click()
     page.keyboard.type("与病历核对过")
-    page.keyboard.press("Escape")
-    page.wait_for_function("document.activeElement === document.body")
-    page.wait_for_timeout(600)  # past the dwell rule (MIN_GAP_S)
-    page.keyboard.press("a")
-    quiet(page, app["url"])
+    leave_box_and_press(page, app, "a")
     saved = [r for r in decisions(app["url"]) if r["mention_id"] == first]
     assert [(d["action"], d["comment"]) for d in saved] == [("accept", "与病历核对过")], saved
     # the next mention: Enter in the comment box flags it for a lead, with the comment
