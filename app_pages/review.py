@@ -67,18 +67,18 @@ def on_release(coder: str, batch_ids: list[int]) -> None:
 # the filter's batch, not the sidebar's (a user test filtered on a batch and saw no panel for it)
 shown_batches = [batch_pick] if batch_pick is not None else list(batches)
 with _ui.session() as s:
-    held = [dict(h, batch=b) for b in shown_batches for h in services.claims(s, b)]
+    held = services.claims(s, shown_batches)
 if held:
     where = "this batch" if batch_pick is not None else "these batches"
     with st.expander(f"{len(held)} open mention(s) of {where} are on coders' screens now"):
-        st.dataframe(pd.DataFrame({"coder": [h["coder"] for h in held], "batch": [batches[h["batch"]] for h in held],
+        st.dataframe(pd.DataFrame({"coder": [h["coder"] for h in held], "batch": [batches[h["batch_id"]] for h in held],
                                    "#": [h["position"] for h in held], "mention": [h["text"] for h in held],
                                    "since": [h["since"] for h in held]}), hide_index=True, width="stretch")
         st.caption(f"A claim lapses by itself after {services.CLAIM_MINUTES} minutes; release one now when its "
                    "coder has left (the mention goes back to the queue, nothing decided is touched).")
         for i, coder in enumerate(sorted({h["coder"] for h in held})):
             st.button(f"Release {coder}'s mentions", key=f"rv_release_{i}", on_click=on_release,
-                      args=(coder, sorted({h["batch"] for h in held if h["coder"] == coder})))
+                      args=(coder, sorted({h["batch_id"] for h in held if h["coder"] == coder})))
 
 st.markdown(f"**{len(df)}** decision(s) match.")
 if df.empty:

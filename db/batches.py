@@ -411,13 +411,16 @@ def release_claim(s: Session, mention_id: int, username: str) -> bool:
     return bool(n)
 
 
-def claims(s: Session, batch_id: int) -> list[dict]:
-    """Who holds which open mention of the batch now (a lead's view), oldest claim first."""
+def claims(s: Session, batch_id: int | Sequence[int]) -> list[dict]:
+    """Who holds which open mention of the batch (or of each of several batches: one query) now, a lead's view,
+    oldest claim first."""
     cutoff = utcnow() - timedelta(minutes=CLAIM_MINUTES)
-    q = (select(Mention.id, Mention.position, Mention.text, Mention.claimed_by, Mention.claimed_at)
-         .where(Mention.batch_id == batch_id, Mention.claimed_by.is_not(None), Mention.claimed_at >= cutoff,
+    ids = [batch_id] if isinstance(batch_id, int) else list(batch_id)
+    q = (select(Mention.id, Mention.batch_id, Mention.position, Mention.text, Mention.claimed_by, Mention.claimed_at)
+         .where(Mention.batch_id.in_(ids), Mention.claimed_by.is_not(None), Mention.claimed_at >= cutoff,
                 Mention.status.not_in(FINAL_STATUSES)).order_by(Mention.claimed_at))
-    return [{"mention_id": i, "position": p, "text": t, "coder": c, "since": _aware(at)} for i, p, t, c, at in s.execute(q)]
+    return [{"mention_id": i, "batch_id": b, "position": p, "text": t, "coder": c, "since": _aware(at)}
+            for i, b, p, t, c, at in s.execute(q)]
 
 
 def release_claims(s: Session, lead: str, batch_id: int, coder: str | None = None) -> int:

@@ -21,7 +21,7 @@ from termnorm.text.normalize import char_bigrams, normalize
 
 DEMO_SETS = ("procedures", "diagnoses")
 DEMO_USER = "demo"
-DEMO_VOCABULARIES = tuple(f"demo-{which}" for which in DEMO_SETS)  # seed_demo's names
+DEMO_VOCABULARIES = tuple(f"demo-{which}" for which in DEMO_SETS)  # the names seed_demo gives them
 # Mentions prepared ahead on the coding page. One is enough for the next click; 3 covers a
 # coder skipping a couple, and costs ~20 ms of engine time per page with the demo engine
 # (benchmarks/next_suggestion.py). More would spend CPU on mentions a colleague may take first.
@@ -31,8 +31,8 @@ PREPARE_AHEAD = 3
 def seed_demo(s) -> list[int]:
     """Two demo vocabularies with one batch each (mention texts only: the gold answers stay hidden)."""
     ids = []
-    for which in DEMO_SETS:
-        vid = services.load_vocabulary(s, demo_vocabulary(which), f"demo-{which}")  # DEMO_VOCABULARIES
+    for which, name in zip(DEMO_SETS, DEMO_VOCABULARIES):
+        vid = services.load_vocabulary(s, demo_vocabulary(which), name)
         texts = [m.text for m in demo_mentions(which)]
         ids.append(services.create_batch(s, f"demo {which}", vid, texts, username=DEMO_USER,
                                          source_file="assets/demo/mentions.csv"))
