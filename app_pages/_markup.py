@@ -207,8 +207,9 @@ def confidence_badge(conf: float, bands: dict | None = None) -> str:
 
 #: Candidate scores that are not a recall strategy's and stay out of the "found by" column: the fused
 #: ranker probability (its own column), the surface scorer's log-odds (a ranker input, any sign) and the
-#: term classifier's score (a ranker input given to every candidate, 0 for terms never coded).
-NOT_RECALL_SCORES = frozenset({"ranker", "diff", "clf"})
+#: term classifier's score (a ranker input given to every candidate, 0 for terms never coded), and how many
+#: mentions the history holds (termnorm.fitting.HISTORY_SIZE, the same for every candidate).
+NOT_RECALL_SCORES = frozenset({"ranker", "diff", "clf", "history_size"})
 
 
 def code_cell(codes: list[str]) -> str:

@@ -236,7 +236,18 @@ def cmd_train(args) -> int:
                         help="fit without history recall features (a ranker for a vocabulary with no coded mentions); "
                              "the demo's rankers add --no-context-features: list-context features depend on the "
                              "vocabulary's candidate lists and cost 7 points on the demo diagnoses (README)")
+        lp.add_argument("--history-mix", action="store_true",
+                        help="with --cold-start: fit with history features, each K-fold part seeing a different share "
+                             "of the others as its coded history (none to all), so the shipped ranker weighs a "
+                             "team's first decisions (benchmarks/cold_history.py); no term classifier")
         args = lp.parse_args(args.rest)
+        if args.history_mix and not args.cold_start:
+            lp.error("--history-mix is a way of fitting a --cold-start ranker: add --cold-start")
+        with_history, folds = not args.cold_start, 4
+        if args.history_mix:
+            from termnorm.fitting import HISTORY_MIX
+
+            with_history, folds, args.no_term_classifier = HISTORY_MIX, len(HISTORY_MIX), True
         if args.cold_start:
             history_path, args.train = args.train, None  # the engine gets no history at all
             eng = build_engine(args)
@@ -244,8 +255,8 @@ def cmd_train(args) -> int:
         else:
             eng = build_engine(args)
         eng.meta["trained_on"] = str(args.train)
-        eng.fit_lexical(load_labelled(args.train, eng.vocabulary).mentions, progress=True,
-                        with_history=not args.cold_start, rule_metric=args.rule_metric,
+        eng.fit_lexical(load_labelled(args.train, eng.vocabulary).mentions, folds=folds, progress=True,
+                        with_history=with_history, rule_metric=args.rule_metric,
                         surface_diff=not args.no_surface_diff, term_classifier=not args.no_term_classifier,
                         bag=args.bag, seed=args.seed, **_ranker_options(args))
         path = eng.save(args.out)

@@ -190,6 +190,7 @@ class Engine:
             hit = self._sieve.get(normalize(m))
             if hit:
                 self._boost_sieve(cl, hit)
+        fitting.history_size_scores(cands, len(self.history))
         if self.term_classifier is not None:
             self.term_classifier.annotate(mentions, cands)
         if self.diff_scorer is not None:
@@ -241,13 +242,13 @@ class Engine:
 
     # ---- lexical ranking ----------------------------------------------------
     def fit_lexical(self, train: list[LabelledMention], folds: int = 4, progress: bool = False,
-                    seed: int = 0, with_history: bool = True, *, surface_diff: bool = True, bag: int = 1,
+                    seed: int = 0, with_history: bool | tuple = True, *, surface_diff: bool = True, bag: int = 1,
                     term_classifier: bool = True, gbm: GBMOptions | None = None, **gbm_options) -> dict:
         """Fit the GBM ranker + count classifier on K-fold recall candidates (see termnorm.gbm_ranker,
         termnorm.fitting).
 
-        ``with_history=False`` fits a cold-start ranker that never sees history recall or sieve
-        features: the one to ship for a vocabulary that has no coded mentions yet (the demo).
+        ``with_history=False``: no history recall or sieve features; shares (termnorm.fitting.HISTORY_MIX, with
+        ``folds=len(shares)``, ``term_classifier=False``): part f sees shares[f] of its K-fold history (shipped).
         ``surface_diff=False`` fits no surface-difference scorer (termnorm.rank.surface; an ablation).
         ``term_classifier=False`` fits no per-term text classifier (termnorm.rank.termclf; an ablation);
         without history there is none either (it learns from coded mentions).

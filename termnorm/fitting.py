@@ -48,6 +48,22 @@ class GBMOptions:
     name_scorer: bool = False
 
 
+#: the share of its K-fold history each part of a history-mixed fit sees (``with_history=HISTORY_MIX``, one part
+#: each): a cold-start ranker that learns what history scores are worth with none, a few and many coded mentions
+HISTORY_MIX = (0.0, 0.03, 0.1, 0.3, 1.0)
+#: score of every candidate: log(1 + coded mentions the history holds). Only a history-mixed ranker reads it
+#: (it tells "no history candidate: nothing is coded yet" from "no coded mention like this one")
+HISTORY_SIZE = "history_size"
+
+
+def history_size_scores(cand_lists, n: int) -> None:
+    """Give every candidate score :data:`HISTORY_SIZE` for a history of ``n`` coded mentions."""
+    v = float(np.log1p(n))
+    for cl in cand_lists:
+        for c in cl:
+            c.scores[HISTORY_SIZE] = v
+
+
 def fit_lexical(engine: Engine, train: list[LabelledMention], folds: int = 4, progress: bool = False,
                 seed: int = 0, with_history: bool = True, *, surface_diff: bool = True, bag: int = 1,
                 term_classifier: bool = True, gbm: GBMOptions | None = None) -> dict:
@@ -107,6 +123,7 @@ def ranker_training_data(engine: Engine, train: list[LabelledMention], folds: in
         splits.append((mentions, cand_lists, golds, [engine._n_parts(m) for m in mentions], hcounts, rng,
                        _fold_familiarity(train, fold_of, order)))
     engine.diff_scorer = scorer
+    engine.meta["history_mix"] = list(with_history) if isinstance(with_history, tuple) else None
     if surface_diff:
         engine.meta["surface_diff_seconds"] = round(surface_s, 2)
     engine.fit_term_classifier(real, enabled=term_classifier and with_history)
@@ -163,7 +180,8 @@ def fit_ranker(engine: Engine, splits: list[tuple], seed: int = 0, rule_metric: 
     if name_scorer:
         named = [with_name_scores(sp, engine.tagger, keyword_features, seed + r) for r, sp in enumerate(splits)]
         splits, engine.name_scorer = [sp for sp, _ in named], named[0][1]
-    keys = sorted({k for sp in splits for cl in sp[1] for c in cl for k in c.scores})
+    keys = sorted({k for sp in splits for cl in sp[1] for c in cl for k in c.scores}
+                  - (set() if engine.meta.get("history_mix") else {HISTORY_SIZE}))  # near-constant otherwise
     feat = PairFeaturizer(keys, tagger=engine.tagger, keywords=keyword_features, context=context_features,
                           part_context=part_context)
     t0 = time.perf_counter()
@@ -221,6 +239,8 @@ def kfold_candidates(engine: Engine, items: list[LabelledMention], fold_of, with
                      progress: bool = False, term_classifier: bool = True):
     """:meth:`termnorm.engine.Engine.kfold_candidates`."""
     order, cand_lists, hcounts = [], [], []
+    shares = with_history if isinstance(with_history, tuple) else None
+    with_history = bool(with_history)
     it = sorted(set(int(f) for f in fold_of))
     if progress:
         from tqdm import tqdm
@@ -228,11 +248,16 @@ def kfold_candidates(engine: Engine, items: list[LabelledMention], fold_of, with
     for f in it:
         inside = [i for i, g in enumerate(fold_of) if g == f]
         outside = [m for m, g in zip(items, fold_of) if g != f and m.terms and not isinstance(m, SyntheticMention)]
+        if shares:  # this fold sees a random share of its K-fold history (a coding team's first weeks to years)
+            keep = np.random.default_rng(f).random(len(outside)) < shares[f % len(shares)]
+            outside = [m for m, k in zip(outside, keep) if k]
         hist = history_strategies(engine.vocabulary, outside, engine.history_extras) if with_history else []
         union = engine._union([*engine._vocab_strategies, *hist], split=engine.split)
         sieve = {normalize(m.text): m.terms for m in outside} if with_history else {}
         texts = [items[i].text for i in inside]
         cl = union.recall_batch(texts)
+        if with_history:
+            history_size_scores(cl, len(outside))
         if with_history and term_classifier:
             from termnorm.rank.termclf import TermClassifier
 

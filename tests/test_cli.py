@@ -118,6 +118,34 @@ def test_train_lexical_save_and_evaluate_with_model(demo_split, tmp_path):
     assert not (tmp_path / "m3").exists()
 
 
+def test_a_cold_start_ranker_fitted_with_a_history_mix_weighs_history_and_serves_a_new_vocabulary(demo_split,
+                                                                                                     tmp_path):
+    """How the shipped rankers are fitted (docs/benchmarks.md): --cold-start --history-mix exports a ranker whose
+    features include history recall and the history's size (and no term classifier, which a new vocabulary
+    lacks), and a fresh engine of the vocabulary serves it with the coders' history; without --cold-start it is
+    refused."""
+    from termnorm.engine import Engine
+    from termnorm.fitting import HISTORY_MIX
+    from termnorm.loaders import load_labelled, load_vocabulary
+
+    d, _ = demo_split
+    run("train", "lexical", "--cold-start", "--history-mix", "--no-context-features", "--vocab",
+        str(DEMO / "procedures.csv"), "--train", str(d / "train.csv"), "--out", str(tmp_path / "m"),
+        "--export-ranker", str(tmp_path / "r.joblib"))
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text(encoding="utf-8"))
+    assert cfg["fit_options"]["with_history"] == list(HISTORY_MIX) and cfg["fit_options"]["folds"] == len(HISTORY_MIX)
+    assert {"history", "history_jaccard", "history_size"} <= set(cfg["score_keys"]) and "clf" not in cfg["score_keys"]
+    vocab = load_vocabulary(DEMO / "procedures.csv")
+    coded = load_labelled(d / "train.csv", vocab).mentions
+    eng = Engine(vocab, history=coded)
+    assert eng.use_pretrained_ranker(tmp_path / "r.joblib")
+    got = eng.suggest_batch([m.text for m in coded])
+    assert all(set(s.chosen) == set(m.terms) for s, m in zip(got, coded))  # the sieve answers what was coded
+    p = run("train", "lexical", "--history-mix", "--vocab", str(DEMO / "procedures.csv"), "--train",
+            str(d / "train.csv"), "--out", str(tmp_path / "m2"), check=False)
+    assert p.returncode == 2 and "--history-mix is a way of fitting a --cold-start ranker" in p.stderr
+
+
 def test_encoder_command_takes_build_and_refuses_anything_else():
     p = run("encoder", "build", "--help")  # the documented spelling reaches the builder's own options
     assert "--prune-to" in p.stdout and "--add-chars-from" in p.stdout

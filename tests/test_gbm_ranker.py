@@ -217,6 +217,26 @@ def test_each_training_mention_knows_how_often_the_other_folds_code_its_rarest_g
     assert _fold_familiarity(train, fold_of, [0, 2, 3, 4, 1]) == [2, 0, 0, 3, 3]
 
 
+def test_a_history_mixed_fit_gives_each_part_its_share_of_the_other_parts_as_history(demo):
+    """with_history=shares (termnorm.fitting.HISTORY_MIX): part f recalls from shares[f] of the other parts'
+    mentions, so the ranker sees history scores from none to all; True gives every part all of them."""
+    vocab, mentions = demo
+    train = mentions[:80]
+    fold_of = np.arange(len(train)) % 3
+    eng = Engine(vocab)
+
+    def history_found(shares):
+        order, cand_lists, _ = eng.kfold_candidates(train, fold_of, with_history=shares, term_classifier=False)
+        found = {f: 0 for f in range(3)}
+        for i, cl in zip(order, cand_lists):
+            found[int(fold_of[i])] += sum(1 for c in cl if c.scores.get("history", 0) > 0)
+        return found
+
+    mixed, full = history_found((0.0, 0.3, 1.0)), history_found(True)
+    assert mixed[0] == 0 < mixed[1] < full[1] and mixed[2] == full[2] > 0
+    assert full[0] > 0
+
+
 def test_novel_weight_weighs_the_rows_of_mentions_whose_gold_the_history_never_coded(demo):
     """GBMOptions.novel_weight: the pair scorer's rows of a training mention whose gold term its K-fold
     history never coded get that weight, the others 1; the fitted ranker differs and says so in its meta."""
