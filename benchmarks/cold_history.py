@@ -7,14 +7,14 @@ recall and the sieve at once, but a ranker fitted without history features (``te
 
 Cold-start rankers fitted the same way on one half of the set's training file:
 
-* ``no_history``: without history features (how the shipped rankers were fitted before);
+* ``no_history``: without history features (how the shipped rankers are fitted);
 * ``full_history``: with history features, every K-fold part seeing all the other parts (how the app's
   retrained rankers are fitted);
 * ``history_mix``: with history features, each K-fold part seeing a different share of the other parts'
   mentions as its history (``termnorm.fitting.HISTORY_MIX``: none, 3%, 10%, 30%, all), so the ranker learns
   what history scores are worth with no history, a little and much; every candidate also carries the
-  history's size (``termnorm.fitting.HISTORY_SIZE``). How the shipped ones are fitted (``--cold-start
-  --history-mix``).
+  history's size (``termnorm.fitting.HISTORY_SIZE``): ``--cold-start --history-mix``, measured and not shipped
+  (docs/benchmarks.md says why).
 
 Each is exported and served as the app serves it (``Engine.use_pretrained_ranker`` on the full vocabulary),
 with the first 0 / 100 / 300 / 1,000 / all mentions of the *other* half of the training file as the coders'

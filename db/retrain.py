@@ -242,8 +242,7 @@ def retrain(vocabulary_id: int, *, url: str | None = None, registry=None, gold: 
 
 def _retrain(vocabulary_id, url, registry, gold, gate, base, current, opts: RetrainOptions, by,
              progress) -> RetrainResult:
-    from termnorm.demo import PRIORS
-    from termnorm.engine import Engine, cold_start_domain
+    from termnorm.engine import PRETRAINED, Engine, cold_start_domain
     from termnorm.registry import Gate, Registry
 
     keyword_dir, alpha, top_k, seed = opts.keyword_dir, opts.alpha, opts.top_k, opts.seed
@@ -299,7 +298,7 @@ def _retrain(vocabulary_id, url, registry, gold, gate, base, current, opts: Retr
     if (getattr(current, "prior", None) is not None) if fitted else settings.get("prior", True):
         domain = cold_start_domain(vocab)
         if domain is not None:
-            engine.use_prior(PRIORS[domain])
+            engine.use_prior(PRETRAINED[domain])
     secs["engine"] = round(time.perf_counter() - t1, 2)
 
     t1 = time.perf_counter()

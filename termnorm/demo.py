@@ -23,13 +23,8 @@ def app_root() -> Path:
 ASSETS = app_root() / "assets" / "demo"
 #: Rankers fitted on public data of each demo domain (``termnorm train lexical --export-ranker``):
 #: procedures on Yidu-N7K train, diagnoses on CHIP-CDN train. Only model trees, no text.
-#: They read history features (``--cold-start --history-mix``), so they serve a team's first decisions too.
 PRETRAINED = {"procedures": ASSETS.parent / "models" / "procedures_ranker.joblib",
               "diagnoses": ASSETS.parent / "models" / "diagnoses_ranker.joblib"}
-#: The same fitted without history features (``--cold-start``): the prior of the first retrained models
-#: (termnorm.rank.prior), the vocabulary's evidence alone, which the retrained GBM adds the history to.
-PRIORS = {"procedures": ASSETS.parent / "models" / "procedures_prior.joblib",
-          "diagnoses": ASSETS.parent / "models" / "diagnoses_prior.joblib"}
 #: Abbreviations of common procedures and diagnoses written for the demo vocabularies (vocabulary search).
 DEMO_ABBREVIATIONS = ASSETS / "abbreviations.json"
 

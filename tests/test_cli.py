@@ -120,7 +120,7 @@ def test_train_lexical_save_and_evaluate_with_model(demo_split, tmp_path):
 
 def test_a_cold_start_ranker_fitted_with_a_history_mix_weighs_history_and_serves_a_new_vocabulary(demo_split,
                                                                                                      tmp_path):
-    """How the shipped rankers are fitted (docs/benchmarks.md): --cold-start --history-mix exports a ranker whose
+    """A cold-start ranker measured in docs/benchmarks.md: --cold-start --history-mix exports a ranker whose
     features include history recall and the history's size (and no term classifier, which a new vocabulary
     lacks), and a fresh engine of the vocabulary serves it with the coders' history; without --cold-start it is
     refused."""
