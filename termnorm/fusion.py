@@ -284,7 +284,8 @@ class FusionBlock:
         for cands, _ in examples:
             self.score(cands)  # sets "recall"
             for c in cands:
-                keys.update(k for k in c.scores if k not in ("fused", "learned"))
+                # history_size (fitting.HISTORY_SIZE): the same for every candidate of a mention, read by no fusion
+                keys.update(k for k in c.scores if k not in ("fused", "learned", "history_size"))
         self.learned_keys = tuple(sorted(keys))
         X, y = [], []
         for cands, gold in examples:

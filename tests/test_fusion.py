@@ -173,13 +173,14 @@ def test_learned_weights_pick_the_informative_score(tmp_path):
         jac = rng.uniform(0.0, 0.5, 5)
         jac[gold] += 0.5  # jaccard is informative here, the ranker is noise
         ranker = rng.uniform(0, 1, 5)
+        size = float(np.log1p(rng.integers(0, 3000)))  # the history's size: the same for every candidate
         cs = cands(list(rng.uniform(0.3, 0.6, 5)), ranker=list(ranker),
-                   extra=[{"jaccard": float(j)} for j in jac])
+                   extra=[{"jaccard": float(j), "history_size": size} for j in jac])
         examples.append((cs, [f"t{gold}"]))
     fb = FusionBlock(recall_keys=("tfidf",))
     info = fb.fit_weights(examples[:150])
     w = dict(zip(info["keys"], info["weights"]))
-    assert set(w) >= {"jaccard", "ranker", "recall", "tfidf"}
+    assert set(w) >= {"jaccard", "ranker", "recall", "tfidf"} and "history_size" not in w
     assert w["jaccard"] > 3 * abs(w["ranker"])
     hits = [fb.fuse(cs, 1)[0] == gold for cs, gold in examples[150:]]
     assert np.mean(hits) > 0.9
