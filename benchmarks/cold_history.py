@@ -20,7 +20,8 @@ Each is exported and served as the app serves it (``Engine.use_pretrained_ranker
 with the first 0 / 100 / 300 / 1,000 / all mentions of the *other* half of the training file as the coders'
 coded history (the rankers never saw those mentions), on the set's held-out file (Yidu-N7K val, CHIP-CDN dev:
 the mentions whose gold terms are in the vocabulary). Exact-set accuracy, micro-F1 and the sign test per
-history size go to ``benchmarks/results/cold_history.json``.
+history size go to ``benchmarks/results/cold_history.json``, and (``several_terms``) the exact-set accuracy and
+sign test on the mentions coded with two terms or more.
 
     python3 benchmarks/cold_history.py --rows no_history,history_mix   # both sets, both halves (12 min)
     python3 benchmarks/cold_history.py                  # with full_history too (about 20 min on 2 cores)
@@ -124,6 +125,12 @@ def main(argv=None) -> int:
                     cell[row] = {"accuracy": round(float(got["accuracy"]), 4),
                                  "micro_f1": round(float(got["micro_f1"]), 4)}
                 cell["sign_test"] = sign_test(right["history_mix", size], right["no_history", size])
+                several = [len(g) > 1 for g in gold]  # where a ranker must name a second term (ERCP+EST)
+                cell["several_terms"] = {"mentions": sum(several), **{
+                    row: round(float(np.mean([r for r, s in zip(right[row, size], several) if s])), 4)
+                    for row in rows}, "sign_test": sign_test(
+                        [r for r, s in zip(right["history_mix", size], several) if s],
+                        [r for r, s in zip(right["no_history", size], several) if s])}
                 if "full_history" in rows:
                     cell["sign_test_vs_full_history"] = sign_test(right["history_mix", size],
                                                                   right["full_history", size])
