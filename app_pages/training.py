@@ -19,6 +19,7 @@ import streamlit as st
 from db import learning, services, suggest_jobs
 from app_pages import _jobs, _ui
 from db import retrain
+from termnorm.demo import HISTORY_FROM
 from termnorm.gate import GATE_MARGIN, MIN_GATE_MENTIONS, Gate
 from termnorm.jobs import FINAL, JobBusy, JobRunner
 from termnorm.registry import Registry
@@ -70,8 +71,11 @@ def measured_on(m: dict) -> str:
 st.markdown(f"### Training · {_ui.md(vocab_name)}")
 serving = registry.serving()
 if serving is None:
+    with _ui.session() as s:
+        n_coded = len(services.coded_mentions(s, ctx.vocabulary_id))
     st.caption("Serving: **the shipped model** (lexical pipeline, with the cold-start ranker where the vocabulary "
-               "has one). It is measured on the held-out mentions at the first fit.")
+               f"has one; from {HISTORY_FROM} coded mentions on, the one that weighs the coders' history: "
+               f"{n_coded:,} coded now). It is measured on the held-out mentions at the first fit.")
 else:
     m = serving.get("metrics") or {}
     bands = serving.get("confidence_bands") or {}

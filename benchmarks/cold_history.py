@@ -13,8 +13,8 @@ Cold-start rankers fitted the same way on one half of the set's training file:
 * ``history_mix``: with history features, each K-fold part seeing a different share of the other parts'
   mentions as its history (``termnorm.fitting.HISTORY_MIX``: none, 3%, 10%, 30%, all), so the ranker learns
   what history scores are worth with no history, a little and much; every candidate also carries the
-  history's size (``termnorm.fitting.HISTORY_SIZE``): ``--cold-start --history-mix``, measured and not shipped
-  (docs/benchmarks.md says why).
+  history's size (``termnorm.fitting.HISTORY_SIZE``): ``--cold-start --history-mix``, served from
+  ``termnorm.demo.HISTORY_FROM`` coded mentions on (docs/benchmarks.md says why not before).
 
 Each is exported and served as the app serves it (``Engine.use_pretrained_ranker`` on the full vocabulary),
 with the first 0 / 100 / 300 / 1,000 / all mentions of the *other* half of the training file as the coders'

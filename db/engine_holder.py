@@ -155,6 +155,8 @@ class EngineHolder:
         with self.lock:
             read = reading.in_document(self.engine, mention, document)
             self.engine.add_coded_mention(read, list(terms), written=mention if read != mention else "")
+            if serving.follow_history(self.engine):
+                self._computed.clear()  # made by the other ranker: prepare() compares stored versions instead
             self._learnt(mention)
 
     def _learnt(self, text: str) -> None:

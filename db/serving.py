@@ -13,7 +13,10 @@ gate all suggest with the same model:
 * else the **shipped model**: the lexical pipeline over the vocabulary and the
   coded history, with the cold-start ranker fitted on public data of its
   domain (``termnorm.engine.PRETRAINED``): procedures for ICD-9-CM-3 style
-  codes, diagnoses for ICD-10 style codes (``cold_start_domain``).
+  codes, diagnoses for ICD-10 style codes (``cold_start_domain``); from
+  ``HISTORY_FROM`` coded mentions on, the domain's ranker fitted with history
+  features (``shipped_ranker``), switched to in place by the decision that
+  reaches it (``follow_history``).
 
 User synonyms, the demo abbreviation list and coders' abbreviations are added
 to either.
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 from db import abbreviations, services
 from termnorm import reading
+from termnorm.demo import HISTORY_FROM, HISTORY_RANKERS
 from termnorm.engine import PRETRAINED, Engine, cold_start_domain
 from termnorm.text.normalize import normalize
 
@@ -71,8 +75,25 @@ def shipped_engine(vocab, history) -> Engine:
     engine = Engine(vocab, history=history)
     domain = cold_start_domain(vocab)
     if domain is not None:
-        engine.use_pretrained_ranker(PRETRAINED[domain])
+        engine.use_pretrained_ranker(shipped_ranker(domain, len(history)))
     return engine
+
+
+def shipped_ranker(domain: str, coded: int):
+    """The cold-start ranker of ``domain`` for a vocabulary with ``coded`` coded mentions: the one fitted with
+    history features from :data:`termnorm.demo.HISTORY_FROM` on, the history-free one before."""
+    return HISTORY_RANKERS[domain] if coded >= HISTORY_FROM else PRETRAINED[domain]
+
+
+def follow_history(engine: Engine) -> bool:
+    """Switch a shipped engine whose coded history has just reached :data:`termnorm.demo.HISTORY_FROM` to the
+    history ranker of its domain, in place (a rebuild would reload the vocabulary's index); True if it did.
+    Its model version changes with it, so suggestions stored by the other ranker are recomputed."""
+    served = engine.meta.get("pretrained_ranker")
+    domain = next((d for d, p in PRETRAINED.items() if str(p) == served), None)
+    if domain is None or not engine.model_version.startswith("pretrained:") or len(engine.history) < HISTORY_FROM:
+        return False
+    return engine.use_pretrained_ranker(HISTORY_RANKERS[domain])
 
 
 def build_engine(url: str | None, vocabulary_id: int, version: str | None = None, root=None) -> Engine:

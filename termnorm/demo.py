@@ -25,6 +25,14 @@ ASSETS = app_root() / "assets" / "demo"
 #: procedures on Yidu-N7K train, diagnoses on CHIP-CDN train. Only model trees, no text.
 PRETRAINED = {"procedures": ASSETS.parent / "models" / "procedures_ranker.joblib",
               "diagnoses": ASSETS.parent / "models" / "diagnoses_ranker.joblib"}
+#: The same domains' rankers fitted with history features (``--cold-start --history-mix``): they weigh the coders'
+#: history, so a team's decisions steer similar mentions before any retraining (db.serving.shipped_ranker).
+HISTORY_RANKERS = {"procedures": ASSETS.parent / "models" / "procedures_history.joblib",
+                   "diagnoses": ASSETS.parent / "models" / "diagnoses_history.joblib"}
+#: Coded mentions from which a vocabulary is served :data:`HISTORY_RANKERS`: the first history size at which the
+#: sign test favours them on both Yidu-N7K val and CHIP-CDN dev (benchmarks/cold_history.py); with fewer they
+#: are no better, and they miss the second procedure of the demo's ERCP+EST (docs/benchmarks.md).
+HISTORY_FROM = 300
 #: Abbreviations of common procedures and diagnoses written for the demo vocabularies (vocabulary search).
 DEMO_ABBREVIATIONS = ASSETS / "abbreviations.json"
 

@@ -65,6 +65,7 @@ def test_the_wheel_carries_engine_store_and_app(installed):
     for need in ("termnorm/engine.py", "termnorm/settings.py", "db/models.py", "db/alembic.ini",
                  "db/migrations/env.py", "termnorm_app/app.py", "termnorm_app/app_pages/coding_queue.py",
                  "termnorm_app/assets/demo/procedures.csv", "termnorm_app/assets/models/procedures_ranker.joblib",
+                 "termnorm_app/assets/models/diagnoses_history.joblib",
                  "termnorm_app/.streamlit/config.toml"):
         assert need in names, need
     assert not [n for n in names if n.startswith(("tests/", "benchmarks/")) or n.endswith(".sqlite3")]

@@ -267,6 +267,10 @@ def test_a_promotion_reaches_the_coding_page_and_rolling_back_to_the_shipped_mod
     assert not tp.exception, [e.value for e in tp.exception]
     assert reg.current_version() is None and serving.serving_version(url, vid) is None
     assert reg.history()[-1]["action"] == "rollback" and reg.history()[-1]["by"] == "lead1"
+    serving_line = next(c.value for c in tp.caption if c.value.startswith("Serving:"))
+    assert "the shipped model" in serving_line and "from 300 coded mentions on" in serving_line
+    with S.session_scope(url) as s:
+        assert f"{len(S.coded_mentions(s, vid)):,} coded now" in serving_line
     assert f"model {shipped_version}" in _markup(_coding_page(vid, bid))
 
 

@@ -37,3 +37,56 @@ def test_a_real_vocabulary_is_served_ranked_before_any_retraining(db_url):
     assert engine.model_version.startswith("pretrained:") and engine.has_ranker
     sug = engine.suggest("腹腔镜胆囊切除术")
     assert sug.chosen == ["腹腔镜下胆囊切除术"]
+
+
+def test_from_300_coded_mentions_the_shipped_model_weighs_the_coders_history(db_url):
+    """Before any retraining a vocabulary is served the history-free cold-start ranker; the decision that brings
+    its coded history to HISTORY_FROM switches the engine in place to the ranker fitted with history features
+    (benchmarks/cold_history.py: better from 300 on, on both sets), so one coder's correction now steers a similar
+    mention. Seen on Yidu-N7K: after 右侧侧脑室穿刺外引流术 was coded 脑池穿刺 (the vocabulary's convention),
+    右侧脑室穿刺外引流术 still got 颅内穿刺引流术 until a retrained model was promoted."""
+    from db.engine_holder import build_holder
+    from termnorm.demo import HISTORY_FROM, HISTORY_RANKERS, PRETRAINED
+    from termnorm.loaders import load_labelled
+
+    vocab = load_vocabulary(need(DATA / "yidu-n7k" / "code.txt"), name="yidu")
+    train = load_labelled(need(DATA / "yidu-n7k" / "train.xlsx"), vocab).mentions
+    coded = [m for m in train if "脑" not in m.text][:HISTORY_FROM - 1]  # none says how 脑室 drains are coded
+    with services.session_scope(db_url) as s:
+        vid = services.load_vocabulary(s, vocab, "yidu")
+        services.ensure_user(s, "cora", role="coder")
+        texts = [m.text for m in coded] + ["右侧侧脑室穿刺外引流术", "右侧脑室穿刺外引流术"]
+        bid = services.create_batch(s, "ward 3", vid, texts, username="cora")
+        ids = [m["id"] for m in services.mentions(s, bid)]
+        for mid, m in zip(ids, coded):
+            services.record_decision(s, mid, "cora", "correct", m.terms)
+    holder = build_holder(db_url, vid)
+    assert holder.engine.meta["pretrained_ranker"] == str(PRETRAINED["procedures"])
+    with services.session_scope(db_url) as s:
+        before = holder.suggestion(s, ids[-1], "右侧脑室穿刺外引流术")  # stored, as a coder's page does
+        services.record_decision(s, ids[-2], "cora", "correct", ["脑池穿刺"])
+    holder.learn("右侧侧脑室穿刺外引流术", ["脑池穿刺"])  # the decision that makes HISTORY_FROM
+    assert holder.engine.meta["pretrained_ranker"] == str(HISTORY_RANKERS["procedures"])
+    assert holder.engine.model_version != before.model_version
+    with services.session_scope(db_url) as s:
+        after = holder.suggestion(s, ids[-1], "右侧脑室穿刺外引流术")  # not the stored one of the other ranker
+    assert "脑池穿刺" not in before.chosen and after.model_version == holder.engine.model_version
+    assert after.chosen == ["脑池穿刺"] and after.confidence > 0.8, (after.chosen, after.confidence)
+    rebuilt = serving.build_engine(db_url, vid)  # another process, a background job: the same ranker
+    assert rebuilt.meta["pretrained_ranker"] == str(HISTORY_RANKERS["procedures"])
+    assert not serving.follow_history(rebuilt)  # already there
+
+
+def test_each_domain_ships_a_history_free_ranker_and_one_that_reads_history():
+    """docs/benchmarks.md: the history-free ranker serves before HISTORY_FROM coded mentions and is the prior of
+    retrained models; the history-mixed one reads history recall and the history's size."""
+    from termnorm.demo import HISTORY_RANKERS, PRETRAINED
+    from termnorm.rank.prior import load_exported_ranker
+
+    for domain in ("procedures", "diagnoses"):
+        free = load_exported_ranker(PRETRAINED[domain], None)["state"]["score_keys"]
+        mixed = load_exported_ranker(HISTORY_RANKERS[domain], None)["state"]["score_keys"]
+        assert not [k for k in free if k.startswith(("history", "sieve"))] and "tfidf" in free
+        assert {"history", "history_jaccard", "history_size"} <= set(mixed) and "clf" not in mixed
+        assert serving.shipped_ranker(domain, 299) == PRETRAINED[domain]
+        assert serving.shipped_ranker(domain, 300) == HISTORY_RANKERS[domain]
