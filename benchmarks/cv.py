@@ -55,7 +55,9 @@ Rows that change only the ranker's options, also on the shared candidates (not r
                      never coded weigh 2 or 4 (``GBMOptions.novel_weight``); ``dense_novel_2``, ``dense_novel_4``
                      the same with the dense row's bi-encoder (that row's candidates);
 - ``part_context``   per-part context features in the pair scorer (``--part-context``, termnorm.rank.parts);
-- ``name``           a history-free pair scorer's out-of-fold probability as one more score (termnorm.rank.name).
+- ``name``           a history-free pair scorer's out-of-fold probability as one more score (termnorm.rank.name);
+- ``doc_words``      the share of the words a candidate's name adds to the mention that the mention's document
+                     holds, as one more score (``GBMOptions.document_words``, termnorm.rank.document).
 
 Rows that change what the candidates carry refit those per outer fold too
 (one more ``ranker_training_data`` each, about as long as the fold's first):
@@ -155,6 +157,7 @@ ROWS = {
     "novel_4": dict(novel_weight=4.0),
     "part_context": dict(part_context=True),
     "name": dict(name_scorer=True),
+    "doc_words": dict(document_words=True),
     "dense_novel_2": dict(dense="dense", novel_weight=2.0),
     "dense_novel_4": dict(dense="dense", novel_weight=4.0),
     "english_lists": dict(english_lists=True),

@@ -21,6 +21,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from termnorm import reading
+from termnorm.rank import document
 from termnorm.rank.synthetic import SyntheticMention, synthetic_mentions
 from termnorm.recall.strategies import history_strategies
 from termnorm.records import LabelledMention
@@ -46,6 +47,8 @@ class GBMOptions:
     novel_weight: float = 1.0
     # a history-free pair scorer's out-of-fold probability as one more score, "name" (termnorm.rank.name)
     name_scorer: bool = False
+    # what the mention's document says of a candidate beyond the mention, "doc_words" (termnorm.rank.document)
+    document_words: bool = False
 
 
 #: the share of its K-fold history each part of a history-mixed fit sees (``with_history=HISTORY_MIX``, one part
@@ -167,7 +170,7 @@ def _fold_familiarity(train: list[LabelledMention], fold_of, order: list[int]) -
 def fit_ranker(engine: Engine, splits: list[tuple], seed: int = 0, rule_metric: str = "accuracy",
                keyword_features: bool = True, ensemble: int | None = None, context_features: bool = True,
                part_count: bool = True, progress: bool = False, novel_weight: float = 1.0,
-               part_context: bool = False, name_scorer: bool = False) -> dict:
+               part_context: bool = False, name_scorer: bool = False, document_words: bool = False) -> dict:
     """:meth:`termnorm.engine.Engine.fit_ranker`."""
     from termnorm.gbm_ranker import ENSEMBLE, LexicalRanker, PairFeaturizer
     from termnorm.rank.name import with_name_scores
@@ -181,7 +184,8 @@ def fit_ranker(engine: Engine, splits: list[tuple], seed: int = 0, rule_metric: 
         named = [with_name_scores(sp, engine.tagger, keyword_features, seed + r) for r, sp in enumerate(splits)]
         splits, engine.name_scorer = [sp for sp, _ in named], named[0][1]
     keys = sorted({k for sp in splits for cl in sp[1] for c in cl for k in c.scores}
-                  - (set() if engine.meta.get("history_mix") else {HISTORY_SIZE}))  # near-constant otherwise
+                  - (set() if engine.meta.get("history_mix") else {HISTORY_SIZE})  # near-constant otherwise
+                  - (set() if document_words else {document.KEY}))
     feat = PairFeaturizer(keys, tagger=engine.tagger, keywords=keyword_features, context=context_features,
                           part_context=part_context)
     t0 = time.perf_counter()
@@ -200,6 +204,7 @@ def fit_ranker(engine: Engine, splits: list[tuple], seed: int = 0, rule_metric: 
     engine.meta.update(score_keys=keys, ranker_bag=len(splits), ranker_ensemble=ensemble,
                        context_features=bool(context_features), part_count=bool(part_count),
                        part_context=bool(part_context), name_scorer=bool(name_scorer),
+                       document_words=bool(document_words),
                        novel_weight=float(novel_weight),
                        fit_seconds=round(time.perf_counter() - t0, 2))
     return engine.meta
@@ -272,6 +277,7 @@ def kfold_candidates(engine: Engine, items: list[LabelledMention], fold_of, with
         engine._kar_scores(texts, cl)
         engine._prior_scores(texts, cl)
         engine._category_scores(cl)
+        document.annotate(engine.vocabulary, texts, [getattr(items[i], "document", "") for i in inside], cl)
     return order, cand_lists, hcounts
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from termnorm.context import definitions_used, read_in_document
+from termnorm.rank import document as doc_words
 from termnorm.text.normalize import Abbreviations, normalize
 
 #: The learned rewrite weight from which a mention's keyword and a term's count as the same.
@@ -132,7 +133,10 @@ def suggest_batch(engine, mentions: list[str], k: int, progress, documents) -> l
         chunk = mentions[s:s + step]
         in_doc = [in_document(engine, m, d) for m, d in zip(chunk, documents[s:s + step])]
         read = [engine.spelled_out(m) for m in in_doc]
-        sugs = engine._finish(read, engine.recall_batch(read, originals=in_doc), k, originals=in_doc)
+        cands = engine.recall_batch(read, originals=in_doc)
+        if engine.lexranker is not None and doc_words.KEY in engine.lexranker.featurizer.score_keys:
+            doc_words.annotate(engine.vocabulary, read, documents[s:s + step], cands)
+        sugs = engine._finish(read, cands, k, originals=in_doc)
         for sug, m, d in zip(sugs, chunk, in_doc):
             if d != m:
                 sug.spelled_out = sug.spelled_out or d

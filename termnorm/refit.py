@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from termnorm import reading
+from termnorm.rank import document as doc_words
 from termnorm.records import LabelledMention
 from termnorm.text.normalize import normalize
 
@@ -253,7 +254,8 @@ def fit_with_pairs(engine, train: list[LabelledMention], confirmed_negatives: di
 
     say(0.5, "fitting the GBM ranker and count classifier")
     t1 = time.perf_counter()
-    keys = sorted({k for cl in cand_lists for c in cl for k in c.scores} - {HISTORY_SIZE})  # fitting.HISTORY_SIZE
+    keys = sorted({k for cl in cand_lists for c in cl for k in c.scores} - {HISTORY_SIZE}  # fitting.HISTORY_SIZE
+                  - (set() if engine.meta.get("document_words") else {doc_words.KEY}))
     # the engine's ranker settings (termnorm train lexical) carry over; pipelines fitted before a setting
     # existed get today's default
     feat = PairFeaturizer(keys, tagger=engine.tagger, context=engine.meta.get("context_features", True),

@@ -225,3 +225,28 @@ def test_the_gate_forgets_a_held_out_mention_coded_earlier_even_when_it_was_stor
     assert [(m.text, m.written) for m in eng.history] == [("Fish-eye disease", "FED"), ("fish-eye disease", "")]
     kept = without_history(eng, {normalize("FED")})
     assert [(m.text, m.written) for m in kept.history] == [("fish-eye disease", "")]
+
+
+def test_a_candidate_scores_the_words_its_name_adds_that_the_mention_s_abstract_holds():
+    """termnorm.rank.document: NCBI dev codes "hereditary breast cancer" in an abstract about families with breast
+    and ovarian cancers as the hereditary syndrome. Its name adds "ovarian" to the mention, which the abstract
+    holds; Breast Neoplasms adds "neoplasm", which it does not. The ranker's training candidates of mentions with
+    documents get the score; a ranker reads it only when fitted with ``document_words``, and only then do the
+    candidates of a mention with a document get it at inference."""
+    syndrome = "Hereditary Breast and Ovarian Cancer Syndrome"
+    medic = load_vocabulary(need(DATA / "ncbi-disease" / "medic_06Jul2012.txt"))
+    dev = load_labelled(need(DATA / "ncbi-disease" / "NCBIdevelopset_corpus.txt"), medic).mentions
+    m = next(m for m in dev if m.text.lower() == "hereditary breast cancer" and m.terms == [syndrome])
+    train = dev[:150]
+    eng = Engine(medic, history=train, keyword_dir=None)
+    splits = eng.ranker_training_data(train)
+    assert any("doc_words" in c.scores for cl in splits[0][1] for c in cl)
+    assert "doc_words" not in eng.fit_ranker(splits)["score_keys"]
+    [plain] = eng.suggest_batch([m.text], documents=[m.document])
+    assert not [c for c in plain.candidates if "doc_words" in c.scores]
+    assert "doc_words" in eng.fit_ranker(splits, document_words=True)["score_keys"]
+    with_doc, without = eng.suggest_batch([m.text, m.text], documents=[m.document, ""])
+    got = {c.term: c.scores for c in with_doc.candidates}
+    assert got[syndrome]["doc_words"] == 1.0 and got["Breast Neoplasms"]["doc_words"] == 0.0
+    assert all("doc_words" in s for s in got.values())
+    assert not [c for c in without.candidates if "doc_words" in c.scores]
