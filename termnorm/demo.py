@@ -30,8 +30,8 @@ PRETRAINED = {"procedures": ASSETS.parent / "models" / "procedures_ranker.joblib
 HISTORY_RANKERS = {"procedures": ASSETS.parent / "models" / "procedures_history.joblib",
                    "diagnoses": ASSETS.parent / "models" / "diagnoses_history.joblib"}
 #: Coded mentions from which a vocabulary is served :data:`HISTORY_RANKERS`: the first history size at which the
-#: sign test favours them on both Yidu-N7K val and CHIP-CDN dev (benchmarks/cold_history.py); with fewer they
-#: are no better, and they miss the second procedure of the demo's ERCP+EST (docs/benchmarks.md).
+#: sign test favours them on both Yidu-N7K val and CHIP-CDN dev (benchmarks/cold_history.py); with 100 on Yidu-N7K
+#: only, with none on neither, and they miss the second procedure of the demo's ERCP+EST (docs/benchmarks.md).
 HISTORY_FROM = 300
 #: Abbreviations of common procedures and diagnoses written for the demo vocabularies (vocabulary search).
 DEMO_ABBREVIATIONS = ASSETS / "abbreviations.json"
