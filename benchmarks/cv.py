@@ -56,8 +56,7 @@ Rows that change only the ranker's options, also on the shared candidates (not r
                      the same with the dense row's bi-encoder (that row's candidates);
 - ``part_context``   per-part context features in the pair scorer (``--part-context``, termnorm.rank.parts);
 - ``name``           a history-free pair scorer's out-of-fold probability as one more score (termnorm.rank.name);
-- ``doc_words``      the share of the words a candidate's name adds to the mention that the mention's document
-                     holds, as one more score (``GBMOptions.document_words``, termnorm.rank.document).
+- ``doc_words``      score ``doc_words``: what the mention's document says of a candidate (termnorm.rank.document).
 
 Rows that change what the candidates carry refit those per outer fold too
 (one more ``ranker_training_data`` each, about as long as the fold's first):
@@ -100,9 +99,8 @@ Rows that change what the candidates carry refit those per outer fold too
 
 For each row: pooled exact-set accuracy and micro-F1, per-fold accuracy, accuracy by familiarity (how often
 the fold's training mentions coded the test mention's rarest gold term: never, 1-2, 3-9, 10+ times), and
-against ``shipped`` the mentions only one of the two gets right with a
-two-sided sign test (termnorm.stats.sign_test) on them; the same counts and test against every other
-row are in the JSON (``pairwise``). Prints a table and writes JSON.
+against ``shipped`` the mentions only one of the two gets right with a two-sided sign test
+(termnorm.stats.sign_test) on them; the same against every other row in the JSON (``pairwise``).
 """
 
 from __future__ import annotations
@@ -128,8 +126,7 @@ from benchmarks.cv_against import _by_familiarity, against, check_against  # noq
 from termnorm.filestore import write_json_atomic  # noqa: E402
 from termnorm.stats import sign_test  # noqa: E402
 
-#: the rows: keyword arguments of Engine.fit_ranker (and, for DATA_OPTIONS, of
-#: Engine.ranker_training_data) on top of the set's settings
+#: the rows: keyword arguments of Engine.fit_ranker (and, for DATA_OPTIONS, of Engine.ranker_training_data)
 ROWS = {
     "shipped": {},
     "ensemble_3": dict(ensemble=3),

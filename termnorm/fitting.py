@@ -167,32 +167,30 @@ def _fold_familiarity(train: list[LabelledMention], fold_of, order: list[int]) -
     return [min((total[t] - own[int(fold_of[i])][t] for t in train[i].terms), default=0) for i in order]
 
 
-def fit_ranker(engine: Engine, splits: list[tuple], seed: int = 0, rule_metric: str = "accuracy",
-               keyword_features: bool = True, ensemble: int | None = None, context_features: bool = True,
-               part_count: bool = True, progress: bool = False, novel_weight: float = 1.0,
-               part_context: bool = False, name_scorer: bool = False, document_words: bool = False) -> dict:
-    """:meth:`termnorm.engine.Engine.fit_ranker`."""
+def fit_ranker(engine: Engine, splits: list[tuple], seed: int = 0, progress: bool = False, **options) -> dict:
+    """:meth:`termnorm.engine.Engine.fit_ranker` (``options``: the fields of :class:`GBMOptions`)."""
     from termnorm.gbm_ranker import ENSEMBLE, LexicalRanker, PairFeaturizer
     from termnorm.rank.name import with_name_scores
 
-    ensemble = ENSEMBLE if ensemble is None else int(ensemble)
+    o = GBMOptions(**options)
+    ensemble = ENSEMBLE if o.ensemble is None else int(o.ensemble)
     if ensemble < 1:
         raise ValueError(f"ensemble must be at least 1, not {ensemble}")
-    ranker_kw = dict(ensemble=ensemble, count_parts=part_count)
+    ranker_kw = dict(ensemble=ensemble, count_parts=o.part_count)
     engine.name_scorer = None
-    if name_scorer:
-        named = [with_name_scores(sp, engine.tagger, keyword_features, seed + r) for r, sp in enumerate(splits)]
+    if o.name_scorer:
+        named = [with_name_scores(sp, engine.tagger, o.keyword_features, seed + r) for r, sp in enumerate(splits)]
         splits, engine.name_scorer = [sp for sp, _ in named], named[0][1]
     keys = sorted({k for sp in splits for cl in sp[1] for c in cl for k in c.scores}
                   - (set() if engine.meta.get("history_mix") else {HISTORY_SIZE})  # near-constant otherwise
-                  - (set() if document_words else {document.KEY}))
-    feat = PairFeaturizer(keys, tagger=engine.tagger, keywords=keyword_features, context=context_features,
-                          part_context=part_context)
+                  - (set() if o.document_words else {document.KEY}))
+    feat = PairFeaturizer(keys, tagger=engine.tagger, keywords=o.keyword_features, context=o.context_features,
+                          part_context=o.part_context)
     t0 = time.perf_counter()
     first = (*splits[0][:5], copy.deepcopy(splits[0][5]))  # refits on the same splits stay identical
-    weights = [_novel_weights(sp, novel_weight) for sp in splits]
+    weights = [_novel_weights(sp, o.novel_weight) for sp in splits]
     with threadpool_limits(limits=fit_threads(), user_api="openmp"):
-        _fit_ranker(engine, feat, *first, seed, rule_metric, ranker_kw, weights[0])
+        _fit_ranker(engine, feat, *first, seed, o.rule_metric, ranker_kw, weights[0])
         if len(splits) > 1:
             it = splits[1:]
             if progress:
@@ -202,10 +200,9 @@ def fit_ranker(engine: Engine, splits: list[tuple], seed: int = 0, rule_metric: 
                                             for r, (sp, w) in enumerate(zip(it, weights[1:]), start=1)]
             engine.lexranker = LexicalRanker.bagged(members)
     engine.meta.update(score_keys=keys, ranker_bag=len(splits), ranker_ensemble=ensemble,
-                       context_features=bool(context_features), part_count=bool(part_count),
-                       part_context=bool(part_context), name_scorer=bool(name_scorer),
-                       document_words=bool(document_words),
-                       novel_weight=float(novel_weight),
+                       context_features=bool(o.context_features), part_count=bool(o.part_count),
+                       part_context=bool(o.part_context), name_scorer=bool(o.name_scorer),
+                       document_words=bool(o.document_words), novel_weight=float(o.novel_weight),
                        fit_seconds=round(time.perf_counter() - t0, 2))
     return engine.meta
 
