@@ -187,7 +187,7 @@ def test_rescore_after_a_promotion_leaves_no_open_mention_with_a_retired_suggest
 
 def test_rescore_takes_over_a_running_precompute(env):
     url, runner = env["url"], env["runner"]
-    big = big_batch(env)
+    big = big_batch(env, 2400)  # 600 were all written during the promotion in a local CI run on an idle machine
     v = register_a_version(env)  # before the precompute starts: on a slow machine it could finish meanwhile
     pre = suggest_jobs.start_precompute(url, big, runner=runner, chunk=8)
     wait_for(lambda: (runner.status(pre)["metrics"] or {}).get("done", 0) >= 16)
