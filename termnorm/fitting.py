@@ -167,6 +167,13 @@ def _fold_familiarity(train: list[LabelledMention], fold_of, order: list[int]) -
     return [min((total[t] - own[int(fold_of[i])][t] for t in train[i].terms), default=0) for i in order]
 
 
+def ranker_keys(cand_lists, history_size: bool, document_words: bool) -> list[str]:
+    """The score keys a ranker reads: every key the candidates carry, less :data:`HISTORY_SIZE` (near-constant
+    unless the fit mixed history sizes) and ``doc_words`` (termnorm.rank.document) unless asked for."""
+    return sorted({k for cl in cand_lists for c in cl for k in c.scores}
+                  - (set() if history_size else {HISTORY_SIZE}) - (set() if document_words else {document.KEY}))
+
+
 def fit_ranker(engine: Engine, splits: list[tuple], seed: int = 0, progress: bool = False, **options) -> dict:
     """:meth:`termnorm.engine.Engine.fit_ranker` (``options``: the fields of :class:`GBMOptions`)."""
     from termnorm.gbm_ranker import ENSEMBLE, LexicalRanker, PairFeaturizer
@@ -181,9 +188,7 @@ def fit_ranker(engine: Engine, splits: list[tuple], seed: int = 0, progress: boo
     if o.name_scorer:
         named = [with_name_scores(sp, engine.tagger, o.keyword_features, seed + r) for r, sp in enumerate(splits)]
         splits, engine.name_scorer = [sp for sp, _ in named], named[0][1]
-    keys = sorted({k for sp in splits for cl in sp[1] for c in cl for k in c.scores}
-                  - (set() if engine.meta.get("history_mix") else {HISTORY_SIZE})  # near-constant otherwise
-                  - (set() if o.document_words else {document.KEY}))
+    keys = ranker_keys((cl for sp in splits for cl in sp[1]), bool(engine.meta.get("history_mix")), o.document_words)
     feat = PairFeaturizer(keys, tagger=engine.tagger, keywords=o.keyword_features, context=o.context_features,
                           part_context=o.part_context)
     t0 = time.perf_counter()

@@ -34,7 +34,6 @@ from pathlib import Path
 import numpy as np
 
 from termnorm import reading
-from termnorm.rank import document as doc_words
 from termnorm.records import LabelledMention
 from termnorm.text.normalize import normalize
 
@@ -178,7 +177,7 @@ def fit_with_pairs(engine, train: list[LabelledMention], confirmed_negatives: di
     calibrated on them. One ranker is fitted (no ``bag``: termnorm train lexical --bag is a CLI fit).
     """
     from termnorm.fitting import fit_confidence, hash_mentions as _hash_mentions
-    from termnorm.fitting import HISTORY_SIZE
+    from termnorm.fitting import ranker_keys
     from termnorm.gbm_ranker import ENSEMBLE, LexicalRanker, PairFeaturizer
     from termnorm.rank.name import with_name_scores
 
@@ -254,8 +253,7 @@ def fit_with_pairs(engine, train: list[LabelledMention], confirmed_negatives: di
 
     say(0.5, "fitting the GBM ranker and count classifier")
     t1 = time.perf_counter()
-    keys = sorted({k for cl in cand_lists for c in cl for k in c.scores} - {HISTORY_SIZE}  # fitting.HISTORY_SIZE
-                  - (set() if engine.meta.get("document_words") else {doc_words.KEY}))
+    keys = ranker_keys(cand_lists, False, bool(engine.meta.get("document_words")))
     # the engine's ranker settings (termnorm train lexical) carry over; pipelines fitted before a setting
     # existed get today's default
     feat = PairFeaturizer(keys, tagger=engine.tagger, context=engine.meta.get("context_features", True),
