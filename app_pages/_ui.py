@@ -383,6 +383,35 @@ def show_flash() -> None:
             st.toast(message)
 
 
+#: What a terms box's placeholder says of typing into it (the boxes take any text: :func:`typed_terms` reads it).
+TYPE_A_TERM = "type a term, its code, a synonym or an abbreviation"
+
+
+def typed_terms(holder: EngineHolder, values: list[str], search_key: str) -> list[str]:
+    """A terms box's values once a coder typed into it (its ``accept_new_options``, so that a term not among the
+    candidates can be typed, not only searched): a term of the vocabulary stays; a text that names one term
+    outright (its code, a synonym, an abbreviation: termnorm.search.named_term) becomes that term; any other text
+    leaves the box for the vocabulary search below (``search_key``), whose results show what it may be. Each
+    change is said: no text is saved as a term, and none is dropped without a word."""
+    from termnorm.search import found_tag, named_term
+
+    vocab = holder.engine.vocabulary
+    out = []
+    for value in values:
+        if value in vocab:
+            out.append(value)
+            continue
+        hit = named_term(holder.search(value, limit=5))
+        if hit is not None:
+            out.append(hit.term)
+            flash("toast", f"“{value}” ({found_tag(hit)}) → {hit.term}")
+        else:
+            st.session_state[search_key] = value
+            flash("warning", f"“{value}” is not a term of this vocabulary, nor the code, synonym or abbreviation of "
+                             "exactly one: it is in the vocabulary search below; Add the right term from there.")
+    return list(dict.fromkeys(out))
+
+
 # ---------------------------------------------------------------------------------- vocabulary search
 SEARCH_LIMIT = 10  # results shown while typing (engine.search_vocabulary answers in well under 100 ms)
 # every keystroke commits by default (setting search_pause_ms; Streamlit's own default waits for a 250 ms pause):

@@ -154,7 +154,9 @@ options = list(dict.fromkeys(([c.term for c in sug.candidates[:ASSISTED_SHOWN]] 
 codes = ss.get(f"an_codes_{task_id}_{mid}", {})
 st.multiselect("Your terms for this mention", options, key=sel_key,
                format_func=lambda t: f"{t}  ·  {codes.get(t) or ', '.join(vocab.codes_of(t))}",
-               placeholder="Search the vocabulary below and add the right terms",
+               placeholder=f"{_ui.TYPE_A_TERM[0].upper()}{_ui.TYPE_A_TERM[1:]}, or search the vocabulary below",
+               on_change=lambda: ss.__setitem__(sel_key, _ui.typed_terms(holder, ss[sel_key], f"an_q_{task_id}_{mid}")),
+               accept_new_options=True,  # a term typed, not only searched (_ui.typed_terms reads it)
                select_all=False)  # no 'Select N matches': Enter after typing must not add every match
 
 cols = st.columns([1.3, 1.3, 3])

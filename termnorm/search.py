@@ -161,6 +161,28 @@ def found_tag(hit: Candidate) -> str:
     return f"{relation} {via} ({tag})" if relation else f"{tag} → {via}"
 
 
+#: Readings that name a term outright when they score 1.0 (an abbreviation: its expansion is a name or synonym).
+NAMING = ("code", "name", "synonym", "written_as", "abbreviation")
+
+
+def named_term(hits: list[Candidate]) -> Candidate | None:
+    """The one term a search's ``hits`` say the query names outright (:data:`NAMING`), else None: nothing named,
+    or several (a code several names carry, an abbreviation with two expansions). A terms box takes a typed
+    text as this term; anything else is for the coder to choose among the results.
+
+    >>> from termnorm.vocabulary import Vocabulary
+    >>> v = Vocabulary()
+    >>> for code, name in [("06.4", "甲状腺全部切除术"), ("06.3100", "甲状腺病损切除术"), ("06.3100", "腔镜下甲状腺病损切除术")]:
+    ...     _ = v.add_term(name, [code])
+    >>> s = VocabularySearch(v, abbreviations={"TT": "甲状腺全部切除术"})
+    >>> [getattr(named_term(s.search(q, 5)), "term", None) for q in ("06.4", "TT", "甲状腺全部切除术 ", "06.31", "06.3100")]
+    ['甲状腺全部切除术', '甲状腺全部切除术', '甲状腺全部切除术', None, None]
+    """
+    named = {h.term: h for h in hits if getattr(h, "found", "") in NAMING and not getattr(h, "relation", "")
+             and h.scores.get(h.found) == 1.0}
+    return next(iter(named.values())) if len(named) == 1 else None
+
+
 def abbreviation_pairs(table) -> list[tuple[str, str]]:
     """(abbreviation, expansion) pairs from ``{abbr: expansion or [expansions]}`` or from pairs."""
     if table is None:

@@ -217,6 +217,54 @@ def test_enter_after_typing_in_the_terms_box_adds_one_term_not_every_match(app, 
     assert len(saved) == 1 and sorted(saved[0]["terms"]) == sorted(after), (saved, after)
 
 
+def test_a_term_typed_into_the_terms_box_by_code_or_synonym_and_other_text_goes_to_the_search(app, page, tmp_path):
+    """The box offered only the engine's candidates: a user test typed 脑池穿刺, a term of the vocabulary no candidate
+    held, and read "No results". Now a typed code or synonym puts its term in the box; other text is never saved
+    as a term: it moves to the vocabulary search below, with a message, and the coder adds a result from there."""
+    page.goto(f"{app['base']}/?batch={app['codes_batch']}")
+    page.wait_for_selector("table.tn-cands")
+    settle(page)
+    mid = on_screen(page)
+
+    def in_box() -> list[str]:
+        box = page.locator(f"[class*='st-key-terms_{mid}']").first
+        return [t for t in box.inner_text().splitlines()[1:] if t.strip()]
+
+    def type_in_box(text: str) -> None:
+        page.locator(f"[class*='st-key-terms_{mid}'] input").first.click()
+        page.keyboard.type(text)
+        page.wait_for_selector("[role='option']")
+        page.keyboard.press("Enter")
+        settle(page)
+
+    before = in_box()
+    assert before == ["甲状腺全部切除术"], before
+    type_in_box("51.2300")  # a code: 腹腔镜下胆囊切除术
+    type_in_box("ERCP")  # a synonym: 内镜逆行胰胆管造影[ERCP]
+    assert in_box() == [*before, "腹腔镜下胆囊切除术", "内镜逆行胰胆管造影[ERCP]"], in_box()
+    assert page.get_by_text("“ERCP” (synonym) → 内镜逆行胰胆管造影[ERCP]").count() == 1  # the toast says what it read
+    assert page.locator(".tn-code", has_text="51.2300").count() >= 1  # the code row of the term typed by its code
+    type_in_box("胆囊切除术后")  # no term's name, code or synonym
+    assert in_box() == [*before, "腹腔镜下胆囊切除术", "内镜逆行胰胆管造影[ERCP]"], in_box()
+    assert page.get_by_text("“胆囊切除术后” is not a term of this vocabulary").count() == 1
+    search = page.locator(f".st-key-q_{mid} input")
+    assert search.input_value() == "胆囊切除术后"
+    found = page.locator(f"[class*='st-key-pick_{mid}_0'] button")
+    found.wait_for()
+    shot(page, tmp_path, "coding_typed_terms.png")
+    found.click()  # the first result (胆囊切除术, the name it holds)
+    settle(page)
+    boxed = in_box()
+    assert len(boxed) == 4 and boxed[:3] == [*before, "腹腔镜下胆囊切除术", "内镜逆行胰胆管造影[ERCP]"], boxed
+    page.evaluate("document.activeElement && document.activeElement.blur()")  # off the Add button: keys apply
+    page.wait_for_timeout(600)  # past the dwell rule (MIN_GAP_S)
+    page.keyboard.press("s")
+    quiet(page, app["url"])
+    saved = [r for r in decisions(app["url"]) if r["mention_id"] == mid]
+    assert len(saved) == 1 and saved[0]["terms"] == boxed, (saved, boxed)
+    assert saved[0]["codes"][1:3] == ["51.2300", "51.1000"] and saved[0]["action"] == "correct"
+
+
 def test_a_comment_typed_before_a_decision_key_is_kept_and_enter_in_it_flags(app, page, tmp_path):
     """A user test typed a note for the lead, pressed Esc and then A: the decision was saved without it (the box
     was a form, whose text reached the server only with its own Flag button)."""

@@ -194,3 +194,14 @@ def test_dashboards_and_adjudication_in_browser(server, page, tmp_path):
     assert page.locator(".tn-chosen").count() >= 2  # each answer's terms as chips
     png = screenshot(page, tmp_path, "adjudicate_page.png")
     assert len(png) > 50_000
+
+    # a term no annotator gave, typed into the gold box by its code: the box takes the term (_ui.typed_terms)
+    box = page.locator('[data-testid="stMultiSelect"]', has_text="Gold answer")
+    assert "胆囊切开取石术" not in box.inner_text()
+    box.locator("input").click()
+    page.keyboard.type("51.0401")
+    page.wait_for_selector("[role='option']")
+    page.keyboard.press("Enter")
+    settle(page)
+    assert "胆囊切开取石术 · 51.0401" in box.inner_text(), box.inner_text()
+    assert "51.0401 ·" not in box.inner_text()  # never the typed text as a term
