@@ -187,21 +187,23 @@ def legend_html(candidates: bool = True, kinds=None) -> str:
 
 def confidence_badge(conf: float, bands: dict | None = None) -> str:
     """How sure the suggestion is, in the words of the serving version's bands (termnorm.stats, calibrated on
-    its held-out mentions): "sure · 96%" / "likely · 85%" give the share of held-out suggestions at least this
-    confident that were right; "unsure" in amber; grey "not measured yet" before any measurement. A raw
-    probability is never the headline: a ranker's scores need not read as chances."""
+    its held-out mentions, or on the coders' decisions on its suggestions: ``bands["on"]``): "sure · 96%" /
+    "likely · 85%" give the share of those suggestions at least this confident that were right; "unsure" in
+    amber; grey "not measured yet" before any measurement. A raw probability is never the headline: a ranker's
+    scores need not read as chances."""
     from termnorm.stats import band_of
 
     band = band_of(conf, bands)
     if band is None:
-        return (f'<span class="tn-badge tn-grey" title="the serving model was not measured on held-out mentions: '
-                f'model confidence {conf:.2f}">confidence not measured yet</span>')
-    word = band["word"]
+        return (f'<span class="tn-badge tn-grey" title="the serving model was not measured yet, on held-out mentions '
+                f'nor on 50 coders\' decisions on its suggestions: model confidence {conf:.2f}">confidence not '
+                "measured yet</span>")
+    word, on = band["word"], esc(bands.get("on", "held-out mentions"))
     if "precision" not in band:
-        return (f'<span class="tn-badge tn-unsure" title="below every band measured on {bands["n"]} held-out '
-                f'mentions: model confidence {conf:.2f}">{esc(word)}</span>')
-    return (f'<span class="tn-badge tn-{esc(word)}" title="{band["precision"]:.0%} of {band["support"]} held-out '
-            f'suggestions at least this confident were right (model confidence {conf:.2f})">'
+        return (f'<span class="tn-badge tn-unsure" title="below every band measured on {bands["n"]} {on}: model '
+                f'confidence {conf:.2f}">{esc(word)}</span>')
+    return (f'<span class="tn-badge tn-{esc(word)}" title="{band["precision"]:.0%} of {band["support"]} suggestions '
+            f'at least this confident were right, measured on {on} (model confidence {conf:.2f})">'
             f'{esc(word)} · {band["precision"]:.0%}</span>')
 
 

@@ -338,9 +338,10 @@ boxed = [t for t in sug.chosen if t not in groundless]
 if sel_key not in st.session_state:
     st.session_state[sel_key] = list(st.session_state.get(f"boxinit_{mid}", boxed))
 chosen_html = "".join(f'<span class="tn-chosen">{_ui.esc(t)}</span>' for t in sug.chosen) or "—"
+bands = learning.serving_bands(ctx.url, ctx.vocabulary_id, model_version=sug.model_version)  # the badge's words
 count = f"{sug.predicted_count} term" + ("s" if sug.predicted_count != 1 else "")
 _ui.markup(f'<div style="margin:.6rem 0"><span class="tn-badge tn-grey">needs {count}</span>'
-           f"{_ui.confidence_badge(sug.confidence, learning.serving_bands(ctx.url, ctx.vocabulary_id))}"
+           f"{_ui.confidence_badge(sug.confidence, bands)}"
            f'<span class="tn-keys">model {_ui.esc(sug.model_version)}</span></div>'
            f'<div style="margin-bottom:.4rem">Suggested: {chosen_html}'
            + (' <span class="tn-keys" data-testid="tn-groundless">— shares nothing with the mention: not put in the '

@@ -75,7 +75,8 @@ if serving is None:
         n_coded = len(services.coded_mentions(s, ctx.vocabulary_id))
     st.caption("Serving: **the shipped model** (lexical pipeline, with the cold-start ranker where the vocabulary "
                f"has one; from {HISTORY_FROM} coded mentions on, the one that weighs the coders' history: "
-               f"{n_coded:,} coded now). It is measured on the held-out mentions at the first fit.")
+               f"{n_coded:,} coded now). It is measured on the held-out mentions at the first fit; until then its "
+               "confidence words are measured on the coders' answers to its suggestions, from 50 of them.")
 else:
     m = serving.get("metrics") or {}
     bands = serving.get("confidence_bands") or {}

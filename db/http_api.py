@@ -203,7 +203,7 @@ def normalize(req: NormalizeRequest, user: Coder) -> dict:
         with lock:
             sugs += engine.suggest_batch(list(req.mentions[at:at + CHUNK]), k=max(20, req.k),
                                          documents=req.documents[at:at + CHUNK] if req.documents else None)
-    bands = learning.serving_bands(None, vocab["id"])
+    bands = learning.serving_bands(None, vocab["id"], model_version=sugs[0].model_version if sugs else None)
     out = []
     for sug in sugs:
         d = suggestion_dict(sug)

@@ -26,20 +26,25 @@
   (db.retrain's job) for a vocabulary that has labelled training mentions and no fitted version
   yet -- after ``termnorm load-data`` and after a vocabulary's first import of labelled mentions.
 
-* **Confidence in words**: :func:`serving_bands`, the serving version's bands (termnorm.stats).
+* **Confidence in words**: :func:`serving_bands`, the serving version's bands (termnorm.stats): those
+  measured on held-out mentions when the version was fitted, else, from 50 of them on, those measured on the
+  coders' own decisions on its suggestions (:func:`decision_bands`), so that the shipped model, which no fit
+  measures, speaks in words after a morning's coding.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import threading
+import time
 from datetime import UTC, datetime
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from db import accounts, auth, services
-from db.models import SPLITS, Batch, Decision, Mention
+from db.models import SPLITS, Batch, Decision, Mention, Suggestion as SuggestionRow
 from termnorm.text.normalize import normalize
 
 TRAIN, EVAL = SPLITS
@@ -298,10 +303,53 @@ def start_first_fit_if_needed(url: str | None, vocabulary_id: int, by: str, *, r
 
 
 # ------------------------------------------------------------------------------------- confidence in words
-def serving_bands(url: str | None, vocabulary_id: int, registry_root=None) -> dict | None:
-    """The confidence bands of the version serving the vocabulary (None: not measured on held-out mentions)."""
+#: What bands measured on decisions say they were measured on (``bands["on"]``; unset: held-out mentions).
+ON_DECISIONS = "coders' decisions on this model's suggestions"
+#: Coders' answers: a skip, a flag or an auto-code says nothing of whether the suggestion was right.
+ANSWERS = ("accept", "correct", "reject")
+#: Seconds :func:`serving_bands` reuses the bands measured on decisions (the coding page asks for every mention;
+#: a minute's decisions move them by little).
+DECISION_BANDS_TTL_S = 60.0
+_bands_cache: dict = {}
+_bands_lock = threading.Lock()
+
+
+def decision_bands(s: Session, vocabulary_id: int, model_version: str) -> dict:
+    """Confidence bands (termnorm.stats.confidence_bands) of ``model_version`` measured on the coders' decisions:
+    each mention's latest decision by a coder (accept, correct or reject) on a suggestion of that version, right
+    when it kept exactly the suggested terms (and did not call them not related). Each suggestion was made before
+    its decision, so these are held-out predictions; ``on`` says what they were measured on."""
+    from termnorm.stats import confidence_bands
+
+    rows = s.execute(select(SuggestionRow.confidence, SuggestionRow.chosen, Decision.action, Decision.terms,
+                            Decision.relationship)
+                     .join(Decision, Decision.suggestion_id == SuggestionRow.id)
+                     .join(Mention, Mention.id == Decision.mention_id).join(Batch, Batch.id == Mention.batch_id)
+                     .where(Batch.vocabulary_id == vocabulary_id, Decision.is_latest.is_(True),
+                            Decision.action.in_(ANSWERS), SuggestionRow.model_version == model_version)).all()
+    predictions = [{"confidence": conf, "correct": action != "reject" and bool(chosen)
+                    and set(terms or ()) == set(chosen) and relationship != services.NOT_RELATED}
+                   for conf, chosen, action, terms, relationship in rows]
+    return dict(confidence_bands(predictions), on=ON_DECISIONS)
+
+
+def serving_bands(url: str | None, vocabulary_id: int, registry_root=None, model_version: str | None = None) \
+        -> dict | None:
+    """The confidence bands of the version serving the vocabulary: measured on held-out mentions when it was
+    fitted; else, given the ``model_version`` its suggestions carry, those of :func:`decision_bands` once 50
+    decisions measure them (kept :data:`DECISION_BANDS_TTL_S`); None: not measured."""
     from db import serving
 
     with services.session_scope(url) as s:
         reg = serving.registry(s, vocabulary_id, registry_root)
-    return reg.confidence_bands() if reg is not None else None
+        held_out = reg.confidence_bands() if reg is not None else None
+        if (held_out and held_out.get("measured")) or not model_version:
+            return held_out
+        key = (url, vocabulary_id, model_version)
+        with _bands_lock:
+            at, bands = _bands_cache.get(key, (-math.inf, None))
+        if time.monotonic() - at > DECISION_BANDS_TTL_S:
+            bands = decision_bands(s, vocabulary_id, model_version)
+            with _bands_lock:
+                _bands_cache[key] = (time.monotonic(), bands)
+    return bands if bands["measured"] else held_out

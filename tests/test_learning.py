@@ -6,6 +6,7 @@ and confidence in words."""
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -285,3 +286,50 @@ def test_the_badge_speaks_in_words():
     assert ">unsure<" in _ui.confidence_badge(0.2, bands)
     assert "not measured yet" in _ui.confidence_badge(0.95, None)
     assert "%" not in _ui.confidence_badge(0.2, bands).split(">")[1]  # no bare percentage on the badge
+
+
+def test_the_shipped_model_speaks_in_words_measured_on_the_coders_decisions(demo, monkeypatch):
+    """No fit measures the shipped model, so every suggestion read "confidence not measured yet" however many
+    mentions were coded. From 50 coders' answers on its suggestions on, the words are measured on them: right when
+    the coder kept exactly the suggested terms; skips and flags say nothing."""
+    from db.engine_holder import build_holder
+    from termnorm.stats import confidence_bands
+
+    monkeypatch.setenv("TERMNORM_AUTH", "off")
+    monkeypatch.setattr(learning, "DECISION_BANDS_TTL_S", 0.0)  # measured afresh at each call
+    url, vid = demo["url"], demo["vid"]
+    ms = demo_mentions("procedures")[:74]
+    with S.session_scope(url) as s:
+        bid = S.create_batch(s, "to code", vid, [m.text for m in ms])
+        mids = [m["id"] for m in S.mentions(s, bid)]
+    holder = build_holder(url, vid)
+    version = holder.engine.model_version
+    expected = []
+    for i, (mid, m) in enumerate(zip(mids, ms)):
+        if i == 49:  # 49 answers: not measured yet, and no held-out measurement either
+            assert learning.serving_bands(url, vid, model_version=version) is None
+        with S.session_scope(url) as s:
+            sug = holder.suggestion(s, mid, m.text)
+            if i >= 72:  # a skip and a flag: no answer on the suggestion
+                S.record_decision(s, mid, "coder1", "skip" if i == 72 else "flag", comment="?")
+                continue
+            right = set(sug.chosen) == set(m.terms)
+            S.record_decision(s, mid, "coder1", "accept" if right else "correct", m.terms)
+            expected.append({"confidence": sug.confidence, "correct": right})
+    assert 0 < sum(p["correct"] for p in expected) < len(expected)  # some suggestions were wrong
+    bands = learning.serving_bands(url, vid, model_version=version)
+    assert bands == dict(confidence_bands(expected), on=learning.ON_DECISIONS) and bands["n"] == 72
+    assert learning.serving_bands(url, vid, model_version="another-version") is None  # per version
+    with S.session_scope(url) as s:  # a reject is an answer: the suggestion was wrong
+        S.record_decision(s, mids[73], "coder1", "reject")
+    again = learning.serving_bands(url, vid, model_version=version)
+    assert again["n"] == 73 and confidence_bands(expected + [{"confidence": sug.confidence, "correct": False}]) \
+        == {k: v for k, v in again.items() if k != "on"}
+    # the coding page's badge: in words, and its tooltip says what they were measured on
+    with S.session_scope(url) as s:
+        page_batch = S.create_batch(s, "next", vid, [demo_mentions("procedures")[80].text])
+    page = _markup(_coding_page(vid, page_batch))
+    badge = re.search(r'<span class="tn-badge tn-(sure|likely|unsure)" title="([^"]*)"', page)
+    assert badge and "confidence not measured yet" not in page, page[:2000]
+    assert "73 coders&#x27; decisions on this model&#x27;s suggestions" in badge.group(2) \
+        or "measured on coders&#x27; decisions" in badge.group(2), badge.group(2)
