@@ -385,31 +385,53 @@ def show_flash() -> None:
 
 #: What a terms box's placeholder says of typing into it (the boxes take any text: :func:`typed_terms` reads it).
 TYPE_A_TERM = "type a term, its code, a synonym or an abbreviation"
+TYPED_NOTES = "_typed_notes"  # what typed_terms has to say under the box (after_terms_box)
 
 
-def typed_terms(holder: EngineHolder, values: list[str], search_key: str) -> list[str]:
-    """A terms box's values once a coder typed into it (its ``accept_new_options``, so that a term not among the
-    candidates can be typed, not only searched): a term of the vocabulary stays; a text that names one term
-    outright (its code, a synonym, an abbreviation: termnorm.search.named_term) becomes that term; any other text
-    leaves the box for the vocabulary search below (``search_key``), whose results show what it may be. Each
-    change is said: no text is saved as a term, and none is dropped without a word."""
-    from termnorm.search import found_tag, named_term
+def typed_terms(holder: EngineHolder, values: list[str], search_key: str, options: list[str] = (),
+                codes: dict | None = None) -> list[str]:
+    """A terms box's values once a coder typed into it (its ``accept_new_options``; Enter sends the typed text
+    unless it is an option's very name: _markup.KEYS_BACK). A term of the vocabulary stays. A text that names one
+    term outright (its name, a code, a synonym, an abbreviation: termnorm.search.named_term) becomes that term, and
+    a typed code of it is the code it exports (into ``codes``, term -> code). Other text is, as the box's own
+    filter read it, the first of ``options`` holding it; and if none does, it goes to the vocabulary search
+    below (``search_key``), whose results show what it may be. Nothing typed is saved as a term; each reading is
+    said (:func:`after_terms_box`)."""
+    from termnorm.search import code_text, found_tag, named_term
 
     vocab = holder.engine.vocabulary
-    out = []
+    out, notes = [], st.session_state.setdefault(TYPED_NOTES, [])
     for value in values:
         if value in vocab:
             out.append(value)
             continue
         hit = named_term(holder.search(value, limit=5))
+        held = [o for o in options if value.strip().lower() in o.lower()] if value.strip() else []
         if hit is not None:
-            out.append(hit.term)
-            flash("toast", f"“{value}” ({found_tag(hit)}) → {hit.term}")
+            term, how = hit.term, found_tag(hit)
+            if hit.found == "code" and codes is not None:
+                codes[term] = next(c for c in vocab.codes_of(term) if code_text(c) == code_text(value))
+        elif held:
+            term, how = held[0], "the first candidate holding it"
         else:
             st.session_state[search_key] = value
-            flash("warning", f"“{value}” is not a term of this vocabulary, nor the code, synonym or abbreviation of "
-                             "exactly one: it is in the vocabulary search below; Add the right term from there.")
+            notes.append(("warning", f"“{value}” names no term of this vocabulary by itself (a name, a code, a "
+                                     "synonym or an abbreviation of one term): it is in the vocabulary search below; "
+                                     "Add the right term from there."))
+            continue
+        notes.append(("info", f"“{value}” ({how}) → {term}" + (": already in the box" if term in out else "")))
+        out.append(term)
     return list(dict.fromkeys(out))
+
+
+def after_terms_box() -> None:
+    """Under a terms box: what :func:`typed_terms` said of the text typed into it (a user test found its message
+    at the page's top, a screen above the box), and the page script of its Enter key (_markup.typed_enter_html)."""
+    from app_pages._markup import typed_enter_html
+
+    for kind, message in st.session_state.pop(TYPED_NOTES, []):
+        (st.warning if kind == "warning" else st.caption)(md(message))
+    page_script(typed_enter_html(), "typed")
 
 
 # ---------------------------------------------------------------------------------- vocabulary search

@@ -232,12 +232,16 @@ def on_pick(term: str, term_codes: list[str], mention_id: int = mid, version: in
         set_box(mention_id, chosen + [term])
 
 
-def on_typed(mention_id: int, version: int) -> None:
-    """Text typed into the terms box: the term it names, else into the vocabulary search (_ui.typed_terms)."""
-    terms = box_terms(mention_id, version)
-    if version == st.session_state.get(f"boxv_{mention_id}", 0) and any(t not in holder.engine.vocabulary
-                                                                         for t in terms):
-        set_box(mention_id, _ui.typed_terms(holder, terms, f"q_{mention_id}"))
+def on_typed(mention_id: int, version: int, shown: list[str]) -> None:
+    """Text typed into the terms box: the term it names, a code typed the one exported (_ui.typed_terms)."""
+    terms, vocab = box_terms(mention_id, version), holder.engine.vocabulary
+    if version != st.session_state.get(f"boxv_{mention_id}", 0) or all(t in vocab for t in terms):
+        return
+    typed_codes = {}
+    set_box(mention_id, _ui.typed_terms(holder, terms, f"q_{mention_id}", shown, typed_codes))
+    for term, code in typed_codes.items():
+        st.session_state.setdefault(f"codes_{mention_id}", {})[term] = code
+        st.session_state[f"code_{mention_id}_{vocab.index(term)}"] = code  # its switch, if already drawn
 
 
 def on_clear(mention_id: int) -> None:
@@ -375,10 +379,11 @@ def export_code(term: str) -> str:
 options = list(dict.fromkeys([c.term for c in sug.candidates] + in_box))
 # the chips show names only: a label that changes with the code picked below would no longer match the value
 # the browser holds for the widget
-st.multiselect("Terms for this mention", options, key=sel_key, on_change=on_typed, args=(mid, box_version),
+st.multiselect("Terms for this mention", options, key=sel_key, on_change=on_typed, args=(mid, box_version, options),
                placeholder=f"Pick terms, or {_ui.TYPE_A_TERM}; or search the vocabulary below",
                accept_new_options=True,  # a term no candidate holds, typed (_ui.typed_terms reads it)
                select_all=False)  # no 'Select N matches': Enter after typing must not add every match
+_ui.after_terms_box()
 if before and before["terms"] and in_box and sorted(in_box) == sorted(before["terms"]):
     # the engine may well suggest the same again (its own reading; the send-back took the decision out of its
     # memory): a user test nearly saved the questioned answer again with one key

@@ -219,8 +219,11 @@ def test_enter_after_typing_in_the_terms_box_adds_one_term_not_every_match(app, 
 
 def test_a_term_typed_into_the_terms_box_by_code_or_synonym_and_other_text_goes_to_the_search(app, page, tmp_path):
     """The box offered only the engine's candidates: a user test typed 脑池穿刺, a term of the vocabulary no candidate
-    held, and read "No results". Now a typed code or synonym puts its term in the box; other text is never saved
-    as a term: it moves to the vocabulary search below, with a message, and the coder adds a result from there."""
+    held, and read "No results". Now a typed code or synonym puts its term in the box (a typed code is the one
+    exported); other text is never saved as a term: it moves to the vocabulary search below, with a message under
+    the box, and the coder adds a result from there. Enter takes what was typed: a second user test typed the name
+    of a term already in the box and got another term holding it, and a second Enter added the list's first
+    option."""
     page.goto(f"{app['base']}/?batch={app['codes_batch']}")
     page.wait_for_selector("table.tn-cands")
     settle(page)
@@ -230,23 +233,31 @@ def test_a_term_typed_into_the_terms_box_by_code_or_synonym_and_other_text_goes_
         box = page.locator(f"[class*='st-key-terms_{mid}']").first
         return [t for t in box.inner_text().splitlines()[1:] if t.strip()]
 
-    def type_in_box(text: str) -> None:
+    def type_in_box(text: str, enters: int = 1) -> None:
         page.locator(f"[class*='st-key-terms_{mid}'] input").first.click()
         page.keyboard.type(text)
         page.wait_for_selector("[role='option']")
-        page.keyboard.press("Enter")
+        for _ in range(enters):
+            page.keyboard.press("Enter")
         settle(page)
 
     before = in_box()
     assert before == ["甲状腺全部切除术"], before
-    type_in_box("51.2300")  # a code: 腹腔镜下胆囊切除术
+    # its name again: the list offers 腔镜下甲状腺全部切除术 first, and Enter must not take it; a second Enter neither
+    type_in_box("甲状腺全部切除术", enters=2)
+    assert in_box() == before, in_box()
+    assert page.locator(f"[class*='st-key-terms_{mid}'] input").first.input_value() == ""  # the text went
+    type_in_box("06.4")  # the category code of the term in the box: the code it exports
+    switch = page.locator(f"[class*='st-key-code_{mid}_']")
+    assert switch.locator("[role=radio][aria-checked=true]").inner_text() == "06.4 · category"
+    type_in_box("51.2300", enters=2)  # a code: 腹腔镜下胆囊切除术; the second Enter adds nothing
     type_in_box("ERCP")  # a synonym: 内镜逆行胰胆管造影[ERCP]
     assert in_box() == [*before, "腹腔镜下胆囊切除术", "内镜逆行胰胆管造影[ERCP]"], in_box()
-    assert page.get_by_text("“ERCP” (synonym) → 内镜逆行胰胆管造影[ERCP]").count() == 1  # the toast says what it read
+    assert page.get_by_text("“ERCP” (synonym) → 内镜逆行胰胆管造影[ERCP]").count() == 1  # said under the box
     assert page.locator(".tn-code", has_text="51.2300").count() >= 1  # the code row of the term typed by its code
-    type_in_box("胆囊切除术后")  # no term's name, code or synonym
+    type_in_box("胆囊切除术后")  # no term's name, code or synonym, and no candidate holds it
     assert in_box() == [*before, "腹腔镜下胆囊切除术", "内镜逆行胰胆管造影[ERCP]"], in_box()
-    assert page.get_by_text("“胆囊切除术后” is not a term of this vocabulary").count() == 1
+    assert page.get_by_text("“胆囊切除术后” names no term of this vocabulary by itself").count() == 1
     search = page.locator(f".st-key-q_{mid} input")
     assert search.input_value() == "胆囊切除术后"
     found = page.locator(f"[class*='st-key-pick_{mid}_0'] button")
@@ -262,7 +273,7 @@ def test_a_term_typed_into_the_terms_box_by_code_or_synonym_and_other_text_goes_
     quiet(page, app["url"])
     saved = [r for r in decisions(app["url"]) if r["mention_id"] == mid]
     assert len(saved) == 1 and saved[0]["terms"] == boxed, (saved, boxed)
-    assert saved[0]["codes"][1:3] == ["51.2300", "51.1000"] and saved[0]["action"] == "correct"
+    assert saved[0]["codes"][:3] == ["06.4", "51.2300", "51.1000"] and saved[0]["action"] == "correct"
 
 
 def test_a_comment_typed_before_a_decision_key_is_kept_and_enter_in_it_flags(app, page, tmp_path):
