@@ -391,10 +391,10 @@ TYPED_NOTES = "_typed_notes"  # what typed_terms has to say under the box (after
 def typed_terms(holder: EngineHolder, values: list[str], search_key: str, options: list[str] = (),
                 codes: dict | None = None) -> list[str]:
     """A terms box's values once a coder typed into it (its ``accept_new_options``; Enter sends the typed text
-    unless it is an option's very name: _markup.KEYS_BACK). A term of the vocabulary stays. A text that names one
+    unless it is an option's very name: _markup._TYPED_ENTER). A term of the vocabulary stays. A text that names one
     term outright (its name, a code, a synonym, an abbreviation: termnorm.search.named_term) becomes that term, and
-    a typed code of it is the code it exports (into ``codes``, term -> code). Other text is, as the box's own
-    filter read it, the first of ``options`` holding it; and if none does, it goes to the vocabulary search
+    a typed code of it is the code it exports (into ``codes``, term -> code). Other text is, as the box's list shows
+    it, the first of ``options`` not in the box holding it; and if none does, it goes to the vocabulary search
     below (``search_key``), whose results show what it may be. Nothing typed is saved as a term; each reading is
     said (:func:`after_terms_box`)."""
     from termnorm.search import code_text, found_tag, named_term
@@ -406,13 +406,15 @@ def typed_terms(holder: EngineHolder, values: list[str], search_key: str, option
             out.append(value)
             continue
         hit = named_term(holder.search(value, limit=5))
-        held = [o for o in options if value.strip().lower() in o.lower()] if value.strip() else []
+        text = value.strip().lower()  # the box's list: the options holding it, those starting with it first
+        held = sorted((o for o in options if text and text in o.lower() and o not in values),
+                      key=lambda o: not o.lower().startswith(text))
         if hit is not None:
             term, how = hit.term, found_tag(hit)
             if hit.found == "code" and codes is not None:
                 codes[term] = next(c for c in vocab.codes_of(term) if code_text(c) == code_text(value))
         elif held:
-            term, how = held[0], "the first candidate holding it"
+            term, how = held[0], "the first option holding it"
         else:
             st.session_state[search_key] = value
             notes.append(("warning", f"“{value}” names no term of this vocabulary by itself (a name, a code, a "
