@@ -455,11 +455,13 @@ _TYPED_ENTER = """
   window.__tnTyped = true;
   const BOX = '[class*="st-key-terms_"], [class*="st-key-an_terms_"], [class*="st-key-adj_terms_"]';
   let moved = false;
-  document.addEventListener('input', (e) => { if (e.target.closest && e.target.closest(BOX)) moved = false; }, true);
+  const fresh = (e) => { if (e.target.closest && e.target.closest(BOX)) moved = false; };
+  ['input', 'focusin', 'focusout'].forEach((kind) => document.addEventListener(kind, fresh, true));
   document.addEventListener('keydown', (e) => {
     const t = e.target;
     if (!t || t.tagName !== 'INPUT' || !t.closest(BOX) || e.isComposing || e.keyCode === 229) return;
     if (e.key === 'ArrowDown' || e.key === 'ArrowUp') moved = true;
+    if (e.key === 'Escape') moved = false;  // the list closes: an Enter after it must not take its option
     if (e.key !== 'Enter') return;
     if (moved) { moved = false; return; }
     const typed = t.value.trim();

@@ -409,6 +409,7 @@ def typed_terms(holder: EngineHolder, values: list[str], search_key: str, option
         text = value.strip().lower()  # the box's list: the options holding it, those starting with it first
         held = sorted((o for o in options if text and text in o.lower() and o not in values),
                       key=lambda o: not o.lower().startswith(text))
+        held += [o for o in values if text and text in o.lower() and o in vocab]  # then those in the box (no change)
         if hit is not None:
             term, how = hit.term, found_tag(hit)
             if hit.found == "code" and codes is not None:

@@ -233,12 +233,15 @@ def on_pick(term: str, term_codes: list[str], mention_id: int = mid, version: in
 
 
 def on_typed(mention_id: int, version: int, shown: list[str]) -> None:
-    """Text typed into the terms box: the term it names, a code typed the one exported (_ui.typed_terms)."""
+    """Text typed into the terms box: the term it names, a code typed the one exported (_ui.typed_terms). The box
+    keeps its key (set_box would draw a new one): a user test's box lost the focus, and the next code typed, PTCA,
+    went to the page's keys, where A accepted the suggestion."""
     terms, vocab = box_terms(mention_id, version), holder.engine.vocabulary
     if version != st.session_state.get(f"boxv_{mention_id}", 0) or all(t in vocab for t in terms):
         return
     typed_codes = {}
-    set_box(mention_id, _ui.typed_terms(holder, terms, f"q_{mention_id}", shown, typed_codes))
+    key = f"terms_{mention_id}" if version == 0 else f"terms_{mention_id}_v{version}"
+    st.session_state[key] = _ui.typed_terms(holder, terms, f"q_{mention_id}", shown, typed_codes)
     for term, code in typed_codes.items():
         st.session_state.setdefault(f"codes_{mention_id}", {})[term] = code
         st.session_state[f"code_{mention_id}_{vocab.index(term)}"] = code  # its switch, if already drawn

@@ -166,9 +166,8 @@ NAMING = ("code", "name", "synonym", "written_as", "abbreviation")
 
 
 def named_term(hits: list[Candidate]) -> Candidate | None:
-    """The one term a search's ``hits`` say the query names outright (:data:`NAMING`), else None: nothing named,
-    or several (a code several names carry, an abbreviation with two expansions). A terms box takes a typed
-    text as this term; anything else is for the coder to choose among the results.
+    """The one term a search's ``hits`` say the query names outright (:data:`NAMING`; or a code prefix only one term
+    sits under), else None (none, or several: a code several names carry). A terms box takes typed text as it.
 
     >>> from termnorm.vocabulary import Vocabulary
     >>> v = Vocabulary()
@@ -180,7 +179,8 @@ def named_term(hits: list[Candidate]) -> Candidate | None:
     """
     named = {h.term: h for h in hits if getattr(h, "found", "") in NAMING and not getattr(h, "relation", "")
              and h.scores.get(h.found) == 1.0}
-    return next(iter(named.values())) if len(named) == 1 else None
+    sole = not named and len(hits) == 1 and getattr(hits[0], "found", "") == "code_prefix"  # the one term under it
+    return hits[0] if sole else next(iter(named.values())) if len(named) == 1 else None
 
 
 def abbreviation_pairs(table) -> list[tuple[str, str]]:

@@ -234,8 +234,9 @@ def test_a_term_typed_into_the_terms_box_by_code_or_synonym_and_other_text_goes_
         box = page.locator(f"[class*='st-key-terms_{mid}']").first
         return [t for t in box.inner_text().splitlines()[1:] if t.strip()]
 
-    def type_in_box(text: str, enters: int = 1) -> None:
-        page.locator(f"[class*='st-key-terms_{mid}'] input").first.click()
+    def type_in_box(text: str, enters: int = 1, click: bool = True) -> None:
+        if click:
+            page.locator(f"[class*='st-key-terms_{mid}'] input").first.click()
         page.keyboard.type(text)
         page.wait_for_selector("[role='option']")
         for _ in range(enters):
@@ -252,7 +253,9 @@ def test_a_term_typed_into_the_terms_box_by_code_or_synonym_and_other_text_goes_
     switch = page.locator(f"[class*='st-key-code_{mid}_']")
     assert switch.locator("[role=radio][aria-checked=true]").inner_text() == "06.4 · category"
     type_in_box("51.2300", enters=2)  # a code: 腹腔镜下胆囊切除术; the second Enter adds nothing
-    type_in_box("ERCP")  # a synonym: 内镜逆行胰胆管造影[ERCP]
+    # the box keeps the keys: a user test's next code went to the page's shortcuts once the box was redrawn
+    type_in_box("ERCP", click=False)  # a synonym: 内镜逆行胰胆管造影[ERCP]
+    assert not decisions(app["url"])
     assert in_box() == [*before, "腹腔镜下胆囊切除术", "内镜逆行胰胆管造影[ERCP]"], in_box()
     assert page.get_by_text("“ERCP” (synonym) → 内镜逆行胰胆管造影[ERCP]").count() == 1  # said under the box
     assert page.locator(".tn-code", has_text="51.2300").count() >= 1  # the code row of the term typed by its code
