@@ -443,56 +443,6 @@ _KEYS_BACK = """
 """
 
 
-#: Enter in a terms box takes what was typed: the option whose name it is, else the text itself ("Add: …"), which
-#: the server reads (_ui.typed_terms: a term's name, code or synonym; else the first option holding it). A user
-#: test typed 胆囊切除术, a term, and Enter gave 腹腔镜下胆囊切除术, the first option holding it. Enter on an empty box
-#: adds nothing (a second Enter added the list's first option), unless the coder moved to an option with the arrows;
-#: nor does the name of a term already in the box (it added another term holding it).
-#: Enter while an input method composes is the input method's.
-_TYPED_ENTER = """
-(function () {
-  if (window.__tnTyped) return;
-  window.__tnTyped = true;
-  const BOX = '[class*="st-key-terms_"], [class*="st-key-an_terms_"], [class*="st-key-adj_terms_"]';
-  let moved = false;
-  const fresh = (e) => { if (e.target.closest && e.target.closest(BOX)) moved = false; };
-  ['input', 'focusin', 'focusout'].forEach((kind) => document.addEventListener(kind, fresh, true));
-  document.addEventListener('keydown', (e) => {
-    const t = e.target;
-    if (!t || t.tagName !== 'INPUT' || !t.closest(BOX) || e.isComposing || e.keyCode === 229) return;
-    if (e.key === 'ArrowDown' || e.key === 'ArrowUp') moved = true;
-    if (e.key === 'Escape') moved = false;  // the list closes: an Enter after it must not take its option
-    if (e.key !== 'Enter') return;
-    if (moved) { moved = false; return; }
-    const typed = t.value.trim();
-    const name = (label) => label.split('·')[0].trim();  // the annotate and adjudicate boxes add " · codes"
-    const options = () => [...document.querySelectorAll('[role="option"]')];
-    const boxed = [...t.closest(BOX).querySelectorAll('[data-tag]')]
-      .some((c) => name(c.getAttribute('aria-label') || '') === typed);
-    const exact = typed && !boxed && options().find((o) => name(o.innerText) === typed);
-    const list = document.querySelector('[role="listbox"]');
-    if (typed && !boxed && !exact && !list) return;  // no list open: the box's own Enter
-    e.preventDefault();
-    e.stopImmediatePropagation();
-    if (boxed) {  // already there: the typed text goes, as after a pick (React reads the value through its setter)
-      Object.getOwnPropertyDescriptor(HTMLInputElement.prototype, 'value').set.call(t, '');
-      t.dispatchEvent(new Event('input', {bubbles: true}));
-    } else if (exact) {
-      exact.click();
-    } else if (typed) {  // "Add: …" is the list's last option, drawn only once scrolled to (the list is virtual)
-      list.scrollTop = list.scrollHeight;
-      setTimeout(() => options().find((o) => o.innerText.trim().startsWith('Add:'))?.click(), 80);
-    }
-  }, true);
-})();
-"""
-
-
-def typed_enter_html() -> str:
-    """A page script's HTML installing :data:`_TYPED_ENTER` in the app's document."""
-    return _installed_once(_TYPED_ENTER, "__tnTyped")
-
-
 def keys_back_html() -> str:
     """A page script's HTML installing :data:`_KEYS_BACK` in the app's document."""
     return _installed_once(_KEYS_BACK, "__tnKeys")

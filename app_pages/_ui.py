@@ -383,60 +383,6 @@ def show_flash() -> None:
             st.toast(message)
 
 
-#: What a terms box's placeholder says of typing into it (the boxes take any text: :func:`typed_terms` reads it).
-TYPE_A_TERM = "type a term, its code, a synonym or an abbreviation"
-TYPED_NOTES = "_typed_notes"  # what typed_terms has to say under the box (after_terms_box)
-
-
-def typed_terms(holder: EngineHolder, values: list[str], search_key: str, options: list[str] = (),
-                codes: dict | None = None) -> list[str]:
-    """A terms box's values once a coder typed into it (its ``accept_new_options``; Enter sends the typed text
-    unless it is an option's very name: _markup._TYPED_ENTER). A term of the vocabulary stays. A text that names one
-    term outright (its name, a code, a synonym, an abbreviation: termnorm.search.named_term) becomes that term, and
-    a typed code of it is the code it exports (into ``codes``, term -> code). Other text is, as the box's list shows
-    it, the first of ``options`` not in the box holding it; and if none does, it goes to the vocabulary search
-    below (``search_key``), whose results show what it may be. Nothing typed is saved as a term; each reading is
-    said (:func:`after_terms_box`)."""
-    from termnorm.search import code_text, found_tag, named_term
-
-    vocab = holder.engine.vocabulary
-    out, notes = [], st.session_state.setdefault(TYPED_NOTES, [])
-    for value in values:
-        if value in vocab:
-            out.append(value)
-            continue
-        hit = named_term(holder.search(value, limit=5))
-        text = value.strip().lower()  # the box's list: the options holding it, those starting with it first
-        held = sorted((o for o in options if text and text in o.lower() and o not in values),
-                      key=lambda o: not o.lower().startswith(text))
-        held += [o for o in values if text and text in o.lower() and o in vocab]  # then those in the box (no change)
-        if hit is not None:
-            term, how = hit.term, found_tag(hit)
-            if hit.found == "code" and codes is not None:
-                codes[term] = next(c for c in vocab.codes_of(term) if code_text(c) == code_text(value))
-        elif held:
-            term, how = held[0], "the first option holding it"
-        else:
-            st.session_state[search_key] = value
-            notes.append(("warning", f"“{value}” names no term of this vocabulary by itself (a name, a code, a "
-                                     "synonym or an abbreviation of one term): it is in the vocabulary search below; "
-                                     "Add the right term from there."))
-            continue
-        notes.append(("info", f"“{value}” ({how}) → {term}" + (": already in the box" if term in out else "")))
-        out.append(term)
-    return list(dict.fromkeys(out))
-
-
-def after_terms_box() -> None:
-    """Under a terms box: what :func:`typed_terms` said of the text typed into it (a user test found its message
-    at the page's top, a screen above the box), and the page script of its Enter key (_markup.typed_enter_html)."""
-    from app_pages._markup import typed_enter_html
-
-    for kind, message in st.session_state.pop(TYPED_NOTES, []):
-        (st.warning if kind == "warning" else st.caption)(md(message))
-    page_script(typed_enter_html(), "typed")
-
-
 # ---------------------------------------------------------------------------------- vocabulary search
 SEARCH_LIMIT = 10  # results shown while typing (engine.search_vocabulary answers in well under 100 ms)
 # every keystroke commits by default (setting search_pause_ms; Streamlit's own default waits for a 250 ms pause):

@@ -15,7 +15,7 @@ import pandas as pd
 import streamlit as st
 
 from db import gold, services
-from app_pages import _ui
+from app_pages import _typing, _ui
 from termnorm import settings
 
 #: a Save sooner than this after its mention was drawn is ignored (the coding page's rule): S pressed twice saved the
@@ -174,12 +174,12 @@ st.caption("In common: " + (" + ".join(shared) or "nothing")
 options = list(dict.fromkeys([x for terms in answers.values() for x in terms] + list(ss[sel_key])))
 st.multiselect("Gold answer", options, key=sel_key,
                format_func=lambda x: f"{x}  ·  {', '.join(vocab.codes_of(x))}",
-               placeholder=f"Take an annotator's answer, {_ui.TYPE_A_TERM}, or search the vocabulary below",
-               on_change=lambda shown=options: ss.__setitem__(sel_key, _ui.typed_terms(
+               placeholder=f"Take an annotator's answer, {_typing.TYPE_A_TERM}, or search the vocabulary below",
+               on_change=lambda shown=options: ss.__setitem__(sel_key, _typing.typed_terms(
                    holder, ss[sel_key], f"adj_q_{task_id}_{mid}", shown)),
-               accept_new_options=True,  # a term typed, not only searched (_ui.typed_terms reads it)
+               accept_new_options=True,  # a term typed, not only searched (_typing.typed_terms reads it)
                select_all=False)  # no 'Select N matches': Enter after typing must not add every match
-_ui.after_terms_box()
+_typing.after_terms_box()
 b = st.container(horizontal=True, wrap=True, vertical_alignment="center", gap="small")
 b.button("Save gold answer", type="primary", shortcut="S", on_click=on_save, key=f"adj_save_{task_id}_{mid}",
          args=(task_id, mid, int(row["position"]), split(row["gold"]) if row["gold"] else None))

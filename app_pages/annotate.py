@@ -14,7 +14,7 @@ import time
 import streamlit as st
 
 from db import gold
-from app_pages import _ui
+from app_pages import _typing, _ui
 
 ASSISTED_SHOWN = 10  # candidates listed in an assisted task (the coding page shows 5 plus "more")
 
@@ -154,12 +154,12 @@ options = list(dict.fromkeys(([c.term for c in sug.candidates[:ASSISTED_SHOWN]] 
 codes = ss.get(f"an_codes_{task_id}_{mid}", {})
 st.multiselect("Your terms for this mention", options, key=sel_key,
                format_func=lambda t: f"{t}  ·  {codes.get(t) or ', '.join(vocab.codes_of(t))}",
-               placeholder=f"{_ui.TYPE_A_TERM[0].upper()}{_ui.TYPE_A_TERM[1:]}, or search the vocabulary below",
-               on_change=lambda shown=options: ss.__setitem__(sel_key, _ui.typed_terms(
+               placeholder=f"{_typing.TYPE_A_TERM[0].upper()}{_typing.TYPE_A_TERM[1:]}, or search the vocabulary below",
+               on_change=lambda shown=options: ss.__setitem__(sel_key, _typing.typed_terms(
                    holder, ss[sel_key], f"an_q_{task_id}_{mid}", shown)),
-               accept_new_options=True,  # a term typed, not only searched (_ui.typed_terms reads it)
+               accept_new_options=True,  # a term typed, not only searched (_typing.typed_terms reads it)
                select_all=False)  # no 'Select N matches': Enter after typing must not add every match
-_ui.after_terms_box()
+_typing.after_terms_box()
 
 cols = st.columns([1.3, 1.3, 3])
 cols[0].button("Save answer", type="primary", shortcut="S", on_click=on_save, key=f"an_save_{task_id}_{mid}",

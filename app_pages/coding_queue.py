@@ -17,7 +17,7 @@ from datetime import timezone
 import streamlit as st
 
 from db import auth, learning, review, services
-from app_pages import _markup, _ui
+from app_pages import _markup, _typing, _ui
 from termnorm import explain, reading, settings
 
 SHOWN = _ui.SHOWN
@@ -233,7 +233,7 @@ def on_pick(term: str, term_codes: list[str], mention_id: int = mid, version: in
 
 
 def on_typed(mention_id: int, version: int, shown: list[str]) -> None:
-    """Text typed into the terms box: the term it names, a code typed the one exported (_ui.typed_terms). The box
+    """Text typed into the terms box: the term it names, a code typed the one exported (_typing.typed_terms). The box
     keeps its key (set_box would draw a new one): a user test's box lost the focus, and the next code typed, PTCA,
     went to the page's keys, where A accepted the suggestion."""
     terms, vocab = box_terms(mention_id, version), holder.engine.vocabulary
@@ -241,7 +241,7 @@ def on_typed(mention_id: int, version: int, shown: list[str]) -> None:
         return
     typed_codes = {}
     key = f"terms_{mention_id}" if version == 0 else f"terms_{mention_id}_v{version}"
-    st.session_state[key] = _ui.typed_terms(holder, terms, f"q_{mention_id}", shown, typed_codes)
+    st.session_state[key] = _typing.typed_terms(holder, terms, f"q_{mention_id}", shown, typed_codes)
     for term, code in typed_codes.items():
         st.session_state.setdefault(f"codes_{mention_id}", {})[term] = code
         st.session_state[f"code_{mention_id}_{vocab.index(term)}"] = code  # its switch, if already drawn
@@ -383,10 +383,10 @@ options = list(dict.fromkeys([c.term for c in sug.candidates] + in_box))
 # the chips show names only: a label that changes with the code picked below would no longer match the value
 # the browser holds for the widget
 st.multiselect("Terms for this mention", options, key=sel_key, on_change=on_typed, args=(mid, box_version, options),
-               placeholder=f"Pick terms, or {_ui.TYPE_A_TERM}; or search the vocabulary below",
-               accept_new_options=True,  # a term no candidate holds, typed (_ui.typed_terms reads it)
+               placeholder=f"Pick terms, or {_typing.TYPE_A_TERM}; or search the vocabulary below",
+               accept_new_options=True,  # a term no candidate holds, typed (_typing.typed_terms reads it)
                select_all=False)  # no 'Select N matches': Enter after typing must not add every match
-_ui.after_terms_box()
+_typing.after_terms_box()
 if before and before["terms"] and in_box and sorted(in_box) == sorted(before["terms"]):
     # the engine may well suggest the same again (its own reading; the send-back took the decision out of its
     # memory): a user test nearly saved the questioned answer again with one key

@@ -195,7 +195,7 @@ def test_dashboards_and_adjudication_in_browser(server, page, tmp_path):
     png = screenshot(page, tmp_path, "adjudicate_page.png")
     assert len(png) > 50_000
 
-    # a term no annotator gave, typed into the gold box by its code: the box takes the term (_ui.typed_terms)
+    # a term no annotator gave, typed into the gold box by its code: the box takes the term (_typing.typed_terms)
     box = page.locator('[data-testid="stMultiSelect"]', has_text="Gold answer")
     assert "胆囊切开取石术" not in box.inner_text()
     box.locator("input").click()
