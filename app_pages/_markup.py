@@ -191,7 +191,7 @@ def confidence_badge(conf: float, bands: dict | None = None) -> str:
     "likely · 85%" give the share of those suggestions at least this confident that were right; "unsure" in
     amber; grey "not measured yet" before any measurement. A raw probability is never the headline: a ranker's
     scores need not read as chances."""
-    from termnorm.stats import band_of
+    from termnorm.stats import BANDS, band_of
 
     band = band_of(conf, bands)
     if band is None:
@@ -200,8 +200,10 @@ def confidence_badge(conf: float, bands: dict | None = None) -> str:
                 "measured yet</span>")
     word, on = band["word"], esc(bands.get("on", "held-out mentions"))
     if "precision" not in band:
-        return (f'<span class="tn-badge tn-unsure" title="below every band measured on {bands["n"]} {on}: model '
-                f'confidence {conf:.2f}">{esc(word)}</span>')
+        why = ("below every band measured" if bands.get("bands") else  # no band to be below (a user test's title)
+               f"no confidence level was right {min(t for _, t in BANDS):.0%} of the time")
+        return (f'<span class="tn-badge tn-unsure" title="{why} on {bands["n"]} {on}: model confidence '
+                f'{conf:.2f}">{esc(word)}</span>')
     return (f'<span class="tn-badge tn-{esc(word)}" title="{band["precision"]:.0%} of {band["support"]} suggestions '
             f'at least this confident were right, measured on {on} (model confidence {conf:.2f})">'
             f'{esc(word)} · {band["precision"]:.0%}</span>')

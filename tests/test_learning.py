@@ -286,6 +286,9 @@ def test_the_badge_speaks_in_words():
     assert ">unsure<" in _ui.confidence_badge(0.2, bands)
     assert "not measured yet" in _ui.confidence_badge(0.95, None)
     assert "%" not in _ui.confidence_badge(0.2, bands).split(">")[1]  # no bare percentage on the badge
+    assert "below every band measured on 100 held-out mentions" in _ui.confidence_badge(0.2, bands)
+    none_reached = confidence_bands([{"confidence": 0.9, "correct": i % 2 == 0} for i in range(60)])
+    assert "no confidence level was right 80% of the time on 60" in _ui.confidence_badge(0.95, none_reached)
 
 
 def test_the_shipped_model_speaks_in_words_measured_on_the_coders_decisions(demo, monkeypatch):
