@@ -108,9 +108,10 @@ _TYPED_KEYS = """
     if (e.key === 'ArrowDown' || e.key === 'ArrowUp') moved = true;
     if (e.key === 'Escape') { moved = false; typed = ''; }  // the list closes: a later Enter must not take it
     if (e.key !== 'Enter') return;
+    if (adding) { e.preventDefault(); e.stopImmediatePropagation(); return; }  // not the highlighted option
     const text = t.value.trim();
     typed = '';
-    if (moved || adding) { moved = false; return; }
+    if (moved) { moved = false; return; }
     const name = (label) => label.split('·')[0].trim();  // the annotate and adjudicate boxes add " · codes"
     const options = () => [...document.querySelectorAll('[role="option"]')];
     const boxed = [...t.closest(BOX).querySelectorAll('[data-tag]')]
