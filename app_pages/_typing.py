@@ -100,6 +100,7 @@ _TYPED_KEYS = """
   document.addEventListener('keydown', (e) => {
     const t = e.target;
     if (!inBox(t) || e.isComposing || e.keyCode === 229) return;
+    if (typed && t.value === '' && !adding) setText(t, typed);  // emptied since the last tick: first put it back
     if (adding && e.key.length === 1 && !e.ctrlKey && !e.metaKey) {  // waits for "Add: …" (below)
       e.preventDefault();
       typed += e.key;
