@@ -305,8 +305,6 @@ def start_first_fit_if_needed(url: str | None, vocabulary_id: int, by: str, *, r
 # ------------------------------------------------------------------------------------- confidence in words
 #: What bands measured on decisions say they were measured on (``bands["on"]``; unset: held-out mentions).
 ON_DECISIONS = "coders' decisions on this model's suggestions"
-#: Coders' answers: a skip, a flag or an auto-code says nothing of whether the suggestion was right.
-ANSWERS = ("accept", "correct", "reject")
 #: Seconds :func:`serving_bands` reuses the bands measured on decisions (the coding page asks for every mention;
 #: a minute's decisions move them by little).
 DECISION_BANDS_TTL_S = 60.0
@@ -317,19 +315,24 @@ _bands_lock = threading.Lock()
 def decision_bands(s: Session, vocabulary_id: int, model_version: str) -> dict:
     """Confidence bands (termnorm.stats.confidence_bands) of ``model_version`` measured on the coders' decisions:
     each mention's latest decision by a coder (accept, correct or reject) on a suggestion of that version, right
-    when it kept exactly the suggested terms (and did not call them not related). Each suggestion was made before
-    its decision, so these are held-out predictions; ``on`` says what they were measured on."""
+    when the dashboards count it accepted at top-1 (termnorm.coding_metrics.acceptance_flags: the suggested terms
+    kept exactly, not called not related). Each suggestion was made before its decision, so these are held-out
+    predictions; ``on`` says what they were measured on."""
+    import pandas as pd
+
+    from termnorm.coding_metrics.frames import ANSWER_ACTIONS
+    from termnorm.coding_metrics.suggestions import acceptance_flags
     from termnorm.stats import confidence_bands
 
-    rows = s.execute(select(SuggestionRow.confidence, SuggestionRow.chosen, Decision.action, Decision.terms,
-                            Decision.relationship)
+    rows = s.execute(select(SuggestionRow.confidence, SuggestionRow.chosen.label("suggested"), Decision.action,
+                            Decision.terms, Decision.relationship)
                      .join(Decision, Decision.suggestion_id == SuggestionRow.id)
                      .join(Mention, Mention.id == Decision.mention_id).join(Batch, Batch.id == Mention.batch_id)
                      .where(Batch.vocabulary_id == vocabulary_id, Decision.is_latest.is_(True),
-                            Decision.action.in_(ANSWERS), SuggestionRow.model_version == model_version)).all()
-    predictions = [{"confidence": conf, "correct": action != "reject" and bool(chosen)
-                    and set(terms or ()) == set(chosen) and relationship != services.NOT_RELATED}
-                   for conf, chosen, action, terms, relationship in rows]
+                            Decision.action.in_(ANSWER_ACTIONS), SuggestionRow.model_version == model_version)).all()
+    flags = acceptance_flags(pd.DataFrame(rows, columns=["confidence", "suggested", "action", "terms",
+                                                         "relationship"]))
+    predictions = [{"confidence": c, "correct": bool(t)} for c, t in zip(flags["confidence"], flags["top1"])]
     return dict(confidence_bands(predictions), on=ON_DECISIONS)
 
 
