@@ -107,14 +107,17 @@ st.session_state.setdefault(f"shown_at_{mid}", time.time())
 # version, so the widget is drawn under a new key from the new content; a click that was drawn with the old
 # version (it reached the server before the new box was on screen) is refused instead of saving a box the
 # coder never saw -- in the browser, Clear then Save within ~300 ms used to save the engine's terms.
+def box_key(mention_id: int, version: int) -> str:
+    return f"terms_{mention_id}" if version == 0 else f"terms_{mention_id}_v{version}"
+
+
 box_version = st.session_state.setdefault(f"boxv_{mid}", 0)
-sel_key = f"terms_{mid}" if box_version == 0 else f"terms_{mid}_v{box_version}"
+sel_key = box_key(mid, box_version)
 rel_key = f"rel_{mid}"  # the relationship the coder set (keys 1-5); unset: services.default_relationship
 
 
 def box_terms(mention_id: int, version: int) -> list[str]:
-    key = f"terms_{mention_id}" if version == 0 else f"terms_{mention_id}_v{version}"
-    return list(st.session_state.get(key) or [])
+    return list(st.session_state.get(box_key(mention_id, version)) or [])
 
 
 def set_box(mention_id: int, terms: list[str]) -> None:
@@ -240,8 +243,8 @@ def on_typed(mention_id: int, version: int, shown: list[str]) -> None:
     if version != st.session_state.get(f"boxv_{mention_id}", 0) or all(t in vocab for t in terms):
         return
     typed_codes = {}
-    key = f"terms_{mention_id}" if version == 0 else f"terms_{mention_id}_v{version}"
-    st.session_state[key] = _typing.typed_terms(holder, terms, f"q_{mention_id}", shown, typed_codes)
+    st.session_state[box_key(mention_id, version)] = _typing.typed_terms(holder, terms, f"q_{mention_id}", shown,
+                                                                         typed_codes)
     for term, code in typed_codes.items():
         st.session_state.setdefault(f"codes_{mention_id}", {})[term] = code
         st.session_state[f"code_{mention_id}_{vocab.index(term)}"] = code  # its switch, if already drawn
