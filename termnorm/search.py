@@ -17,6 +17,8 @@ nearest code       a code-like query nothing matches: the codes under its      `
                    then under shorter ones down to 3 code characters
 name / synonym     the query equals a name or a synonym (after                 ``name`` /
                    :func:`~termnorm.text.normalize.normalize`)                  ``synonym``
+in brackets        the query is the short form a name or synonym ends with in   ``bracketed``
+                   brackets (``ERCP`` -> ``内镜逆行胰胆管造影[ERCP]``)
 abbreviation       the query is an abbreviation (``PCI``): its expansions       ``abbreviation``
                    as names, inside names, then by similarity
 written as         the query as the vocabulary spells its words (``胃癌`` ->     ``written_as``
@@ -71,23 +73,21 @@ from typing import Iterable, Mapping
 
 from termnorm.records import Candidate
 from termnorm.text.normalize import Abbreviations, normalize
+from termnorm.typed_codes import MIN_NEAREST, code_head, code_text, is_code_like  # noqa: F401 (their old home)
 from termnorm.vocabulary import Vocabulary, code_key
-
-#: A code as coders type it (after NFKC and lower case): see the module docstring.
-CODE_LIKE = re.compile(r"^[a-z]?\d{1,6}(?:[.x][0-9a-z]*)?(?:/\d*)?(?:[+*].*)?$")
-
-#: A nearest-code fallback keeps at least this many code characters: an ICD-10 category (``E11``) or an
-#: ICD-9-CM-3 subcategory (``06.3``). Shorter prefixes (``E1``, ``06``) span unrelated chapters.
-MIN_NEAREST = 3
 
 #: Words clinicians write one way and Chinese ICD names another (胃癌 for 胃恶性肿瘤: character similarity ranks 腺癌
 #: first). Hand-written: no package holds Chinese clinical spelling variants; the search alone reads them (the
 #: engine learns its own rewrites from coded mentions, termnorm.rank.surface).
 WRITTEN_AS = {"癌": "恶性肿瘤"}
 
+#: A Latin short form in brackets at the end of a name or synonym: the vocabulary's own abbreviation of the whole term
+#: (``[ERCP]``, ``（Epi-LASIK）``); one inside a name (脑室外引流[EVD]装置置换术) names a part of it, not the term.
+BRACKETED = re.compile(r"[(（\[【]\s*([A-Za-z][A-Za-z0-9+/.\- ]{1,19}?)\s*[)）\]】]\s*$")
+
 #: How a result was found (``SearchHit.found``) -> the short tag the pages show, best reading first.
 TAGS = {"code": "code", "code_prefix": "code prefix", "code_nearest": "nearest code", "name": "name",
-        "synonym": "synonym", "abbreviation": "abbreviation", "written_as": "written as",
+        "synonym": "synonym", "bracketed": "in brackets", "abbreviation": "abbreviation", "written_as": "written as",
         "name_contains": "in name", "synonym_contains": "in synonym", "similar": "similar"}
 _SEP = "\n"  # joins the normalized surface forms into one string to search; normalize never leaves one
 
@@ -103,35 +103,6 @@ class SearchHit(Candidate):
     found: str = "similar"
     via: str = ""
     relation: str = ""  # "holds" / "like" ``via``: not the abbreviation's reading itself, a name near it
-
-
-def code_text(text: str) -> str:
-    """A code or query as compared: NFKC (full-width ``０６．３１``), no surrounding spaces, lower case."""
-    return unicodedata.normalize("NFKC", text or "").strip().lower()
-
-
-def is_code_like(query: str) -> bool:
-    """True when ``query`` reads as a code (:data:`CODE_LIKE`).
-
-    >>> [is_code_like(q) for q in ("06.31", "E11.900", "I10xx", "T2DM", "PCI", "2型糖尿病")]
-    [True, True, True, False, False, False]
-    """
-    return CODE_LIKE.match(code_text(query)) is not None
-
-
-def code_head(text: str, n: int) -> str:
-    """The start of a typed code that holds its first ``n`` key characters (:func:`code_key`).
-
-    >>> code_head("E11.900", 5), code_head("06.3199", 4)
-    ('E11.90', '06.31')
-    """
-    seen = 0
-    for i, ch in enumerate(text):
-        if seen == n:
-            return text[:i]
-        if ch.isascii() and ch.isalnum():
-            seen += 1
-    return text
 
 
 def nearest_note(query: str, hits: list[Candidate]) -> str | None:
@@ -162,7 +133,7 @@ def found_tag(hit: Candidate) -> str:
 
 
 #: Readings that name a term outright when they score 1.0 (an abbreviation: its expansion is a name or synonym).
-NAMING = ("code", "name", "synonym", "written_as", "abbreviation")
+NAMING = ("code", "name", "synonym", "bracketed", "written_as", "abbreviation")
 
 
 def named_term(hits: list[Candidate]) -> Candidate | None:
@@ -274,6 +245,7 @@ class VocabularySearch:
         if norm and (tid, True) not in {(t, s) for t, s, _ in self._exact.get(norm, ())}:
             self._exact.setdefault(norm, []).append((tid, True, synonym))
             self._extra_forms.append((norm, tid, True, synonym))
+            self._index_bracket(tid, True, synonym)
 
     # ---- index -----------------------------------------------------------
     def _ensure_index(self) -> None:
@@ -298,9 +270,11 @@ class VocabularySearch:
         for name, syns in v.synonyms.items():
             tid = v.index(name)
             forms.extend((normalize(s), tid, True, s) for s in syns)
+        self._brackets: dict[str, list[tuple[int, bool, str]]] = {}  # normalized short form -> forms ending with it
         for norm, tid, is_syn, text in forms:
             if norm:
                 self._exact.setdefault(norm, []).append((tid, is_syn, text))
+                self._index_bracket(tid, is_syn, text)
         self._forms = forms
         self._extra_forms: list[tuple[str, int, bool, str]] = []
         self._joined = _SEP.join(f[0] for f in forms)
@@ -310,6 +284,11 @@ class VocabularySearch:
             pos += len(f[0]) + 1
         self._starts = starts
         self._indexed = len(v)
+
+    def _index_bracket(self, tid: int, is_syn: bool, text: str) -> None:
+        m = BRACKETED.search(text)
+        if m and (tid, is_syn, text) not in self._brackets.get(normalize(m.group(1)), ()):
+            self._brackets.setdefault(normalize(m.group(1)), []).append((tid, is_syn, text))
 
     def _fuzzy(self):
         if self.union is None:
@@ -376,6 +355,11 @@ class VocabularySearch:
         return [(names[tid], 1.0, t if synonyms else "") for tid, is_syn, t in self._exact.get(normalize(text), ())
                 if is_syn == synonyms]
 
+    def bracketed(self, text: str) -> list[tuple[str, float, str]]:
+        """Names whose name or synonym ends with ``text`` in brackets (:data:`BRACKETED`), names first."""
+        found = sorted(self._brackets.get(normalize(text), ()), key=lambda f: f[1])
+        return [(self.vocabulary.names[tid], 1.0, form if is_syn else "") for tid, is_syn, form in found]
+
     def contained(self, text: str) -> list[tuple[str, float, str, bool, bool]]:
         """Surface forms that contain ``text`` (normalized): (name, length ratio, synonym, is synonym, starts with)."""
         q = normalize(text)
@@ -431,7 +415,8 @@ class VocabularySearch:
             add("code_nearest", self.nearest_code(query, limit))
         if hits:  # a typed code is meant as one: names similar to its digits would only be noise
             return self._ranked(hits)
-        if add("name", self.exact_text(query, False)) or add("synonym", self.exact_text(query, True)):
+        if add("name", self.exact_text(query, False)) or add("synonym", self.exact_text(query, True)) or \
+                add("bracketed", self.bracketed(query)):
             return self._ranked(hits)
         expansions = self.expansions(query) or self.spelled_out(query)  # PCI; 卵巢Ca, read as 卵巢恶性肿瘤
         if expansions and self._abbreviation(expansions, add):

@@ -17,7 +17,7 @@ from helpers import need
 
 from termnorm.engine import DEMO_ABBREVIATIONS, Engine, demo_vocabulary
 from termnorm.loaders import load_keywords, load_vocabulary
-from termnorm.search import SearchHit, VocabularySearch, found_tag, is_code_like, nearest_note
+from termnorm.search import SearchHit, VocabularySearch, found_tag, is_code_like, named_term, nearest_note
 from termnorm.vocabulary import code_key
 
 REPO = Path(__file__).resolve().parents[1]
@@ -159,10 +159,32 @@ def test_eswl_finds_shock_wave_lithotripsy(yidu):
     hits = yidu.search("ESWL", 3)
     assert all(h.code.startswith("98.5") and "ESWL" in h.term for h in hits), terms(hits)
     assert not any("ESD" in t for t in terms(hits))
-    # with the demo list (ESWL -> 体外冲击波碎石术) the 冲击波 names come first
+    # the names ending in [ESWL] first, then with the demo list (ESWL -> 体外冲击波碎石术) the 冲击波 names holding it
     s = VocabularySearch(yidu.vocabulary, yidu.union, abbreviations=json.loads(DEMO_ABBREVIATIONS.read_text("utf-8")))
     hits = s.search("eswl", 5)
-    assert hits[0].term == "肾体外冲击波碎石术" and all(h.code.startswith("98.5") for h in hits)
+    assert [h.found for h in hits] == ["bracketed"] * 3 + ["abbreviation"] * 2, [(h.term, h.found) for h in hits]
+    assert hits[3].term == "肾体外冲击波碎石术" and all(h.code.startswith("98.5") for h in hits)
+
+
+def test_a_short_form_a_name_ends_with_in_brackets_names_that_term(yidu):
+    # code.txt writes some terms' own short forms at the end of their names: typing it names the term
+    for typed, name in [("ERCP", "内镜逆行胰胆管造影[ERCP]"), ("dcr", "泪囊鼻腔吻合术[DCR]"),
+                        ("Epi-LASIK", "微型角膜刀法准分子激光角膜上皮瓣下磨镶术（Epi-LASIK）"),
+                        ("PTCA", "经皮冠状动脉腔内血管成形术[PTCA]")]:  # the shared list's PTCA expansion only holds it
+        hits = yidu.search(typed, 5)
+        assert (hits[0].term, hits[0].found, found_tag(hits[0])) == (name, "bracketed", "in brackets"), typed
+        assert named_term(hits) is hits[0], typed
+    # two terms end with (EST) / [EST]: both first, neither named; a bracket inside a name names a part, not the term
+    est = yidu.search("EST", 5)
+    assert {h.term for h in est[:2]} == {"内镜下十二指肠乳头肌切开术(EST)", "电休克疗法[EST]"} and named_term(est) is None
+    evd = yidu.search("EVD", 5)
+    assert evd and all(h.found == "name_contains" for h in evd) and named_term(evd) is None
+    # a synonym taught later with its short form in brackets is read the same way
+    s = VocabularySearch(yidu.vocabulary, yidu.union)
+    s.search("x", 1)
+    s.add_synonym("腹腔镜下胆囊切除术", "腹腔镜胆囊切除术（LCX）")
+    hit = named_term(s.search("lcx", 3))
+    assert hit is not None and (hit.term, hit.via) == ("腹腔镜下胆囊切除术", "腹腔镜胆囊切除术（LCX）")
 
 
 def test_lc_with_the_demo_list_and_taught_abbreviations_at_once(yidu):
