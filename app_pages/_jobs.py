@@ -15,6 +15,7 @@ import time
 import streamlit as st
 
 from termnorm.jobs import FINAL, JobRunner
+from app_pages._markup import model_label
 
 #: Seconds between two reads of a running job's status (one small JSON file).
 POLL_S = 1.5
@@ -84,7 +85,7 @@ def suggestion_outcome(job: dict) -> None:
     """The outcome of a db.suggest_jobs job: how many suggestions, with which model; a cancel is resumable."""
     m = job.get("metrics") or {}
     if job["state"] == "done":
-        st.success(f"{m.get('stored', 0):,} suggestion(s) stored with **{m.get('model_version', '?')}** "
+        st.success(f"{m.get('stored', 0):,} suggestion(s) stored with **{model_label(m.get('model_version'), html=False)}** "
                    f"({m.get('done', 0):,} mention(s) suggested"
                    + (f", {m['rate']:,.0f} per second" if m.get("rate") else "") + ").")
     elif job["state"] == "cancelled":

@@ -209,6 +209,16 @@ def confidence_badge(conf: float, bands: dict | None = None) -> str:
             f'{esc(word)} · {band["precision"]:.0%}</span>')
 
 
+def model_label(version: str | None, html: bool = True) -> str:
+    """A model version as coders read it: the shipped model (``pretrained:lexical-gbm-40cee01c``; as HTML its id
+    in the tooltip) or the fitted version's own name (``yidu-n7k-v3``)."""
+    version = version or "?"
+    if not version.startswith("pretrained:"):
+        return esc(version) if html else version
+    label = "the shipped model (not yet fitted on this hospital's decisions)"
+    return f'<span title="{esc(version)}">{esc(label)}</span>' if html else label
+
+
 #: Candidate scores that are not a recall strategy's and stay out of the "found by" column: the fused
 #: ranker probability (its own column), the surface scorer's log-odds (a ranker input, any sign) and the
 #: term classifier's score (a ranker input given to every candidate, 0 for terms never coded), and how many

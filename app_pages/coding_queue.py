@@ -352,7 +352,7 @@ bands = learning.serving_bands(ctx.url, ctx.vocabulary_id, model_version=sug.mod
 count = f"{sug.predicted_count} term" + ("s" if sug.predicted_count != 1 else "")
 _ui.markup(f'<div style="margin:.6rem 0"><span class="tn-badge tn-grey">needs {count}</span>'
            f"{_ui.confidence_badge(sug.confidence, bands)}"
-           f'<span class="tn-keys">model {_ui.esc(sug.model_version)}</span></div>'
+           f'<span class="tn-keys">model: {_ui.model_label(sug.model_version)}</span></div>'
            f'<div style="margin-bottom:.4rem">Suggested: {chosen_html}'
            + (' <span class="tn-keys" data-testid="tn-groundless">— shares nothing with the mention: not put in the '
               "terms box (search the vocabulary, or reject)</span>" if groundless and not boxed else "")

@@ -353,6 +353,9 @@ def serving_bands(url: str | None, vocabulary_id: int, registry_root=None, model
             at, bands = _bands_cache.get(key, (-math.inf, None))
         if time.monotonic() - at > DECISION_BANDS_TTL_S:
             bands = decision_bands(s, vocabulary_id, model_version)
-            with _bands_lock:
-                _bands_cache[key] = (time.monotonic(), bands)
+            with _bands_lock:  # entries past their time go as a new one comes: versions do not pile up
+                now = time.monotonic()
+                for stale in [k for k, (t, _) in _bands_cache.items() if now - t > DECISION_BANDS_TTL_S]:
+                    del _bands_cache[stale]
+                _bands_cache[key] = (now, bands)
     return bands if bands["measured"] else held_out

@@ -231,7 +231,9 @@ def test_a_promotion_reaches_the_coding_page_and_rolling_back_to_the_shipped_mod
     reg = Registry.for_vocabulary(VOCAB)
     shipped_version = serving.build_engine(url, vid, None).model_version
     at = _coding_page(vid, bid)
-    assert f"model {shipped_version}" in _markup(at) and "confidence not measured yet" in _markup(at)
+    # the shipped model in words, its id in the tooltip
+    assert shipped_version.startswith("pretrained:") and "confidence not measured yet" in _markup(at)
+    assert f'model: <span title="{shipped_version}">the shipped model (not yet fitted on this hospital' in _markup(at)
 
     with F.limited_threads():
         eng = Engine(demo_vocabulary("procedures"), history=ms[:60])
@@ -242,7 +244,7 @@ def test_a_promotion_reaches_the_coding_page_and_rolling_back_to_the_shipped_mod
     assert serving.serving_version(url, vid) == v1
     at = _coding_page(vid, bid)
     page = _markup(at)
-    assert f"model {v1}" in page and "confidence not measured yet" not in page
+    assert f"model: {v1}<" in page and "confidence not measured yet" not in page
     assert any(w in page for w in ("sure · ", "likely · ", ">unsure<"))  # words, not a bare percentage
 
     # another vocabulary's failed job is not this page's business
@@ -272,7 +274,7 @@ def test_a_promotion_reaches_the_coding_page_and_rolling_back_to_the_shipped_mod
     assert "the shipped model" in serving_line and "from 300 coded mentions on" in serving_line
     with S.session_scope(url) as s:
         assert f"{len(S.coded_mentions(s, vid)):,} coded now" in serving_line
-    assert f"model {shipped_version}" in _markup(_coding_page(vid, bid))
+    assert f'model: <span title="{shipped_version}">the shipped model' in _markup(_coding_page(vid, bid))
 
 
 def test_the_badge_speaks_in_words():
