@@ -188,7 +188,7 @@ def legend_html(candidates: bool = True, kinds=None) -> str:
 def confidence_badge(conf: float, bands: dict | None = None) -> str:
     """How sure the suggestion is, in the words of the serving version's bands (termnorm.stats, calibrated on
     its held-out mentions, or on the coders' decisions on its suggestions: ``bands["on"]``): "sure · 96%" /
-    "likely · 85%" give the share of those suggestions at least this confident that were right; "unsure" in
+    "likely · 85%" give the share of the band's measured suggestions that were right (termnorm.stats.BANDS); "unsure" in
     amber; grey "not measured yet" before any measurement. A raw probability is never the headline: a ranker's
     scores need not read as chances."""
     from termnorm.stats import BANDS, band_of
@@ -204,9 +204,9 @@ def confidence_badge(conf: float, bands: dict | None = None) -> str:
                f"no confidence level was right {min(t for _, t in BANDS):.0%} of the time")
         return (f'<span class="tn-badge tn-unsure" title="{why} on {bands["n"]} {on}: model confidence '
                 f'{conf:.2f}">{esc(word)}</span>')
-    return (f'<span class="tn-badge tn-{esc(word)}" title="{band["precision"]:.0%} of {band["support"]} suggestions '
-            f'at least this confident were right, measured on {on} (model confidence {conf:.2f})">'
-            f'{esc(word)} · {band["precision"]:.0%}</span>')
+    return (f'<span class="tn-badge tn-{esc(word)}" title="{band["precision"]:.0%} of the {band["support"]} suggestions '
+            f'in this band were right, and at least {band.get("target", 0):.0%} at each of its confidence levels, '
+            f'measured on {on} (model confidence {conf:.2f})">{esc(word)} · {band["precision"]:.0%}</span>')
 
 
 def model_label(version: str | None, html: bool = True) -> str:
