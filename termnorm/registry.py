@@ -136,8 +136,13 @@ class Registry:
     def confidence_bands(self, version: str | None = None) -> dict | None:
         """The confidence bands (termnorm.stats.confidence_bands) of ``version`` (default: the one serving);
         None when it was never measured on held-out mentions."""
+        from termnorm.stats import BANDS_METHOD
+
         rec = self.get(version) if version else self.serving()
-        return (rec or {}).get("confidence_bands")
+        bands = (rec or {}).get("confidence_bands")
+        if bands and bands.get("measured") and bands.get("method") != BANDS_METHOD:  # set by an earlier rule
+            bands = _bands(self.gold_predictions(rec["version"]) or None) or bands
+        return bands
 
     def history(self) -> list[dict]:
         """The event log, oldest first: register / promote / reject / rollback, with gate results."""

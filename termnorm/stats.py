@@ -23,6 +23,9 @@ import numpy as np
 #: ones carried them. 0.95: "sure" should mean about one mistake in twenty; 0.80: "likely" one in five -- below it
 #: a coder should read the candidates rather than the suggestion.
 BANDS = (("sure", 0.95), ("likely", 0.80))
+#: How the bands were set (stored with them): bands a version recorded before carry none and are set again from its
+#: held-out predictions when read (termnorm.registry.Registry.confidence_bands).
+BANDS_METHOD = "isotonic"
 #: The word below every band.
 BELOW = "unsure"
 #: Held-out predictions needed before any band is stated: with fewer, the precision of a band of 20 mentions
@@ -59,7 +62,7 @@ def confidence_bands(predictions: Sequence[dict], bands=BANDS, min_mentions: int
     from sklearn.isotonic import IsotonicRegression
 
     n = len(predictions)
-    out = {"measured": n >= min_mentions, "n": n, "bands": [], "below": BELOW}
+    out = {"measured": n >= min_mentions, "n": n, "bands": [], "below": BELOW, "method": BANDS_METHOD}
     if not out["measured"]:
         return out
     conf = np.array([float(p["confidence"]) for p in predictions])

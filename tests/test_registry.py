@@ -109,6 +109,12 @@ def test_a_first_version_is_gated_against_the_shipped_model_and_rollback_to_it_i
     assert rec["number"] == 0 and rec["is_current"] and rec["shipped"] and reg.load(shipped) is None
     assert reg.gold_predictions() == gp and reg.serving()["version"] == shipped
     assert reg.confidence_bands() == confidence_bands(gp)
+    # bands recorded by the earlier rule (no "method") are set again from the held-out predictions when read
+    idx = reg._read()
+    idx["versions"][0]["confidence_bands"] = {"measured": True, "n": len(gp), "below": "unsure",
+                                              "bands": [{"word": "likely", "min_confidence": 0.0, "precision": 0.9}]}
+    reg._write(idx)
+    assert reg.confidence_bands() == confidence_bands(gp) and reg.confidence_bands()["method"] == "isotonic"
 
     v1 = reg.register(bad, bm, gold_predictions=bp)
     res = reg.promote(v1, Gate(min_n=SMALL))
