@@ -293,8 +293,9 @@ def next_mention(s: Session, batch_id: int, username: str, order: str | None = N
     first mention in file order without a final decision (status new or
     suggested); then the skipped ones, the longest untouched first (skipping one
     again sends it to the back), so skipping never loses a mention. Flagged
-    mentions wait for a lead: they are queued (after the skipped ones) only for
-    users with role lead / admin. Because the queue is
+    mentions wait for a lead: they are queued only for users with role lead /
+    admin, before the skipped ones (a team test's lead pressed K six times on the
+    one skipped mention and never reached the flagged one). Because the queue is
     derived from the committed statuses, a restarted app resumes where the
     coder was. ``order`` (default: the batch's ``queue_order``) changes the
     order within each of those groups (:data:`ORDERS`): ``"uncertainty"``
@@ -315,7 +316,8 @@ def next_mention(s: Session, batch_id: int, username: str, order: str | None = N
     if order not in ORDERS:
         raise ValueError(f"unknown order {order!r}; expected one of {', '.join(ORDERS)}")
     me = s.execute(select(User.id, User.role).where(User.username == username)).first()
-    later = ("skipped", "flagged") if me and me.role in ("lead", "admin") else ("skipped",)
+    lead = bool(me and me.role in ("lead", "admin"))
+    later = ("skipped", "flagged") if lead else ("skipped",)
     for attempt in range(CLAIM_ATTEMPTS):  # another coder may claim the same mention between our read and write
         now = utcnow()
         cutoff = now - timedelta(minutes=CLAIM_MINUTES)
@@ -328,7 +330,7 @@ def next_mention(s: Session, batch_id: int, username: str, order: str | None = N
             Decision.review_note.startswith(SENT_BACK), Decision.reviewed_at >= now - timedelta(hours=RETURN_HOURS),
             Decision.user_id != (me.id if me else -1)).exists()
         tier = case((Mention.status == REREVIEW, 0), (Mention.status.in_(OPEN_STATUSES), 1),
-                    (Mention.status == "skipped", 2), else_=3)
+                    (Mention.status == "skipped", 3 if lead else 2), else_=2 if lead else 3)
         # skipped mentions come round in turn, the longest untouched first: in file order a coder skipping the
         # first of the skipped ones was served it again and again, the others out of reach
         turn = case((Mention.status == "skipped", Mention.updated_at), else_=None)
