@@ -340,7 +340,8 @@ def _xlsx_rows(data: bytes):
     sheet = with_mentions[0] if with_mentions else 0
     rows = list(xlsx_rows(data, sheet, reset=True))
     out = [(n, [cell_text(v) for v in r]) for n, r, _ in rows]
-    header = next((c for _, c in out if any(c)), [])
+    nonblank = [c for _, c in out if any(c)][:MAX_TITLE_ROWS + 1]  # the header, not a title row above it
+    header = nonblank[header_index(nonblank)] if nonblank else []
     named = [(n, get_column_letter(j + 1) + (f" ({header[j]})" if j < len(header) and header[j] else ""))
              for n, _, at in rows for j in at]
     # the sheet read first, then the others holding mentions; [] for a one-sheet workbook
@@ -394,6 +395,13 @@ def _from_table(fname, rows, header_problem, nul_rows: Collection[int] = ()) -> 
         _say_gold(out, f"column {header[tcol].strip()!r}")
     if dcol is not None:
         _say_documents(out, f"column {header[dcol].strip()!r}")
+    unread = [h.strip() for j, h in enumerate(header) if j not in (col, tcol, dcol) and h.strip()]
+    if unread:  # a team test's "vocabulary" column was dropped without a word (its rows went to the page's choice)
+        read = [f"{what} from {header[j].strip()!r}" for what, j in (("the mentions", col), ("gold terms", tcol),
+                                                                     ("documents", dcol)) if j is not None]
+        shown = ", ".join(map(repr, unread[:10])) + (" …" if len(unread) > 10 else "")
+        out.notices.append(ImportProblem(fname, None, f"{len(unread)} column(s) not read: {shown} (read: "
+                                                      f"{', '.join(read)}; every row goes to the batch's vocabulary)"))
     return out
 
 

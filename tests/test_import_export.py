@@ -174,6 +174,19 @@ def test_an_xlsx_cell_stored_as_a_formula_keeps_its_text_and_is_named(db, tmp_pa
     ms = S.mentions(s, rep.batch_id)
     assert [m["text"] for m in ms] == ["甲状腺肿物切除", "=胆囊切除术", "阑尾切除"]
     assert S.mention_documents(s, [m["id"] for m in ms])[ms[0]["id"]] == "=== 出院小结 === 甲状腺肿物"
+    # under a title row the cell is named by the header's column name, not the title's (a team test); a column
+    # termnorm does not read is named too
+    wb = openpyxl.Workbook()
+    for row in (["病历导出 2026-12"], ["原始词", "科室", "vocabulary"], ["甲状腺肿物切除", "外科", "icd10"],
+                ["=胆囊切除术", "外科", "no-such-vocab"]):
+        wb.active.append(row)
+    wb.save(tmp_path / "titled.xlsx")
+    rep = S.import_mentions(s, tmp_path / "titled.xlsx", "titled", vid)
+    assert rep.errors == [] and rep.n_ok == 2 and adds_up(rep)
+    said = [(n.row, n.problem) for n in rep.notices]
+    assert any("row 4 column A (原始词)" in p for _, p in said), said
+    assert (None, "2 column(s) not read: '科室', 'vocabulary' (read: the mentions from '原始词'; every row goes to "
+                  "the batch's vocabulary)") in said, said
 
 
 def test_the_document_of_each_mention_is_imported_with_it(db, tmp_path):
