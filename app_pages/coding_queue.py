@@ -235,16 +235,22 @@ def on_pick(term: str, term_codes: list[str], mention_id: int = mid, version: in
         set_box(mention_id, chosen + [term])
 
 
-def on_typed(mention_id: int, version: int, shown: list[str]) -> None:
+def on_typed(mention_id: int, version: int, shown: list[str], suggested: list[str]) -> None:
     """Text typed into the terms box: the term it names, a code typed the one exported (_typing.typed_terms). The box
     keeps its key (set_box would draw a new one): a user test's box lost the focus, and the next code typed, PTCA,
-    went to the page's keys, where A accepted the suggestion."""
+    went to the page's keys, where A accepted the suggestion. A term typed beside the untouched ``suggested`` ones
+    is said to be beside them: a team test typed the right code and saved it with the wrong suggestion still in."""
     terms, vocab = box_terms(mention_id, version), holder.engine.vocabulary
     if version != st.session_state.get(f"boxv_{mention_id}", 0) or all(t in vocab for t in terms):
         return
     typed_codes = {}
-    st.session_state[box_key(mention_id, version)] = _typing.typed_terms(holder, terms, f"q_{mention_id}", shown,
-                                                                         typed_codes)
+    now = _typing.typed_terms(holder, terms, f"q_{mention_id}", shown, typed_codes)
+    st.session_state[box_key(mention_id, version)] = now
+    if suggested and [t for t in terms if t in vocab] == suggested and len(now) > len(suggested):
+        st.session_state.setdefault(_typing.TYPED_NOTES, []).append((
+            "warning", f"Added beside the suggested {'、'.join(suggested)}: remove "
+                       f"{'it' if len(suggested) == 1 else 'them'} (×) if what you typed replaces "
+                       f"{'it' if len(suggested) == 1 else 'them'}."))
     for term, code in typed_codes.items():
         st.session_state.setdefault(f"codes_{mention_id}", {})[term] = code
         st.session_state[f"code_{mention_id}_{vocab.index(term)}"] = code  # its switch, if already drawn
@@ -385,7 +391,7 @@ def export_code(term: str) -> str:
 options = list(dict.fromkeys([c.term for c in sug.candidates] + in_box))
 # the chips show names only: a label that changes with the code picked below would no longer match the value
 # the browser holds for the widget
-st.multiselect("Terms for this mention", options, key=sel_key, on_change=on_typed, args=(mid, box_version, options),
+st.multiselect("Terms for this mention", options, key=sel_key, on_change=on_typed, args=(mid, box_version, options, boxed),
                placeholder=f"Pick terms, or {_typing.TYPE_A_TERM}; or search the vocabulary below",
                accept_new_options=True,  # a term no candidate holds, typed (_typing.typed_terms reads it)
                select_all=False)  # no 'Select N matches': Enter after typing must not add every match

@@ -250,6 +250,8 @@ def test_a_term_typed_into_the_terms_box_by_code_or_synonym_and_other_text_goes_
     assert in_box() == before, in_box()
     assert page.locator(f"[class*='st-key-terms_{mid}'] input").first.input_value() == ""  # the text went
     type_in_box("51.2300", enters=2)  # a code: 腹腔镜下胆囊切除术; the second Enter adds nothing
+    # beside the untouched suggestion: said so (a team test saved a typed code with the wrong suggestion still in)
+    assert page.get_by_text("Added beside the suggested 甲状腺全部切除术: remove it (×)").count() == 1
     # the box keeps the keys: a user test's next code went to the page's shortcuts once the box was redrawn;
     # and text typed while the server reads the entry before is kept (a third user test's "51.2300" became ".2300")
     page.keyboard.type("06.4")  # the category code of the term in the box: the code it exports
