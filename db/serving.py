@@ -117,6 +117,6 @@ def build_engine(url: str | None, vocabulary_id: int, version: str | None = None
     for term, syn in synonyms:  # already in the vocabulary; this also puts them in the sieve
         if term in engine.vocabulary:
             engine.add_synonym(term, syn)
-    engine.use_demo_abbreviations()  # the demo list (assets/demo/abbreviations.json); nothing for other vocabularies
+    engine.use_demo_abbreviations()  # the built-in list (assets/demo/abbreviations.json) for a Chinese vocabulary
     engine.add_abbreviations(abbreviations.for_engine(url, vocabulary_id))  # taught by coders (Vocabulary page)
     return engine

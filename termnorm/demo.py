@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import re
 from pathlib import Path
+from typing import Sequence
 
 from termnorm.records import LabelledMention
 from termnorm.vocabulary import Vocabulary
@@ -35,6 +36,7 @@ HISTORY_RANKERS = {"procedures": ASSETS.parent / "models" / "procedures_history.
 HISTORY_FROM = 300
 #: Abbreviations of common procedures and diagnoses written for the demo vocabularies (vocabulary search).
 DEMO_ABBREVIATIONS = ASSETS / "abbreviations.json"
+_HAN = re.compile("[\u4e00-\u9fff]")  # a Chinese character: the built-in abbreviations expand to Chinese names
 
 
 #: Code shapes of each cold-start ranker's domain: ICD-9-CM-3 procedure codes (``06.4x00``, ``51.23``,
@@ -73,10 +75,12 @@ def demo_vocabulary(which: str = "procedures") -> Vocabulary:
     return v
 
 
-def demo_abbreviations(vocabulary_name: str | None = None) -> dict[str, str]:
-    """The demo abbreviation list (:data:`DEMO_ABBREVIATIONS`); {} when ``vocabulary_name`` is given and is not
-    a demo vocabulary's (``demo-procedures``, ``demo-diagnoses``), so callers need not check."""
-    if vocabulary_name is not None and vocabulary_name.removeprefix("demo-") not in PRETRAINED:
+def demo_abbreviations(names: Sequence[str] | None = None) -> dict[str, str]:
+    """The built-in list of common Chinese clinical abbreviations (:data:`DEMO_ABBREVIATIONS`: LC, TURP, TACE…);
+    given a vocabulary's ``names``, {} unless most of them are Chinese (the demos', Yidu-N7K's, a hospital's own:
+    a team test typed LC on Yidu-N7K and found nothing), so callers need not check."""
+    sample = list(names[:2000]) if names is not None else []
+    if names is not None and not 2 * sum(bool(_HAN.search(n)) for n in sample) >= len(sample) > 0:
         return {}
     from termnorm.loaders import load_keywords
 

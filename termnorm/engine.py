@@ -425,8 +425,7 @@ class Engine:
 
     @property
     def searcher(self):
-        """The vocabulary search, built on first use over the vocabulary, ``_search_union`` and the keyword
-        folder's abbreviations plus :attr:`added_abbreviations`."""
+        """The vocabulary search over ``_search_union``, the keyword folder's and the added abbreviations."""
         if getattr(self, "_search", None) is None:
             from termnorm.search import VocabularySearch
 
@@ -439,8 +438,7 @@ class Engine:
         self.searcher._ensure_index()
 
     def add_abbreviation(self, abbreviation: str, expansion: str) -> bool:
-        """Vocabulary search finds ``expansion`` when ``abbreviation`` is typed, at once. True if new;
-        ValueError if either is empty."""
+        """The search finds ``expansion`` when ``abbreviation`` is typed, at once; True if new (ValueError if empty)."""
         abbreviation, expansion = (abbreviation or "").strip(), (expansion or "").strip()
         if not self.searcher.add_abbreviation(abbreviation, expansion):
             return False
@@ -448,15 +446,17 @@ class Engine:
         return True
 
     def use_demo_abbreviations(self) -> int:
-        """Give a demo vocabulary's engine the demo abbreviation list (:data:`DEMO_ABBREVIATIONS`); any other
-        engine is left as it is. Returns how many were new."""
-        return self.add_abbreviations(demo_abbreviations(self.vocabulary.name))
+        """The built-in Chinese clinical abbreviations for a Chinese vocabulary (termnorm.demo.demo_abbreviations):
+        a demo's engine also reads mentions with them, another's search alone (not measured on its mentions)."""
+        demo = self.vocabulary.name.removeprefix("demo-") in PRETRAINED
+        return self.add_abbreviations(demo_abbreviations(self.vocabulary.names), search_only=not demo)
 
-    def add_abbreviations(self, table) -> int:
-        """:meth:`add_abbreviation` for each ``{abbreviation: expansion}`` (or pair); returns how many were new."""
+    def add_abbreviations(self, table, search_only: bool = False) -> int:
+        """:meth:`add_abbreviation` per ``{abbreviation: expansion}`` or pair (``search_only``: the search's alone)."""
         from termnorm.search import abbreviation_pairs
 
-        return sum(self.add_abbreviation(a, e) for a, e in abbreviation_pairs(table))
+        add = self.searcher.add_abbreviation if search_only else self.add_abbreviation
+        return sum(add(a, e) for a, e in abbreviation_pairs(table))
 
     def add_coded_mention(self, mention: str, terms: list[str], written: str = "") -> None:
         """A coder's decision: the same mention now returns these terms, similar ones get them as candidates.

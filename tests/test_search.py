@@ -18,7 +18,7 @@ from helpers import need
 from termnorm.engine import DEMO_ABBREVIATIONS, Engine, demo_vocabulary
 from termnorm.loaders import load_keywords, load_vocabulary
 from termnorm.search import SearchHit, VocabularySearch, found_tag, is_code_like, named_term, nearest_note
-from termnorm.vocabulary import code_key
+from termnorm.vocabulary import Vocabulary, code_key
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data"
@@ -307,8 +307,24 @@ def test_engine_keeps_taught_abbreviations_through_save_and_load(tmp_path):
     assert back.search_vocabulary("T2DM", 1)[0].term == "2型糖尿病"
     assert Engine(demo_vocabulary("diagnoses")).use_demo_abbreviations() == 61
     other = demo_vocabulary("diagnoses")
-    other.name = "hospital-diagnoses"
-    assert Engine(other).use_demo_abbreviations() == 0  # only demo vocabularies get the demo list
+    other.name = "hospital-diagnoses"  # a hospital's own Chinese list gets it too; an English vocabulary does not
+    assert Engine(other).use_demo_abbreviations() == 61
+    english = Vocabulary(name="hospital-english")
+    for code, name in [("D1", "Breast Neoplasms"), ("D2", "Diabetes Mellitus, Type 2"), ("D3", "高血压")]:
+        english.add_term(name, [code])
+    assert Engine(english).use_demo_abbreviations() == 0
+
+
+def test_the_built_in_abbreviations_serve_a_real_chinese_vocabulary(yidu):
+    """A team test typed LC, TURP and TACE on Yidu-N7K: "names no term of this vocabulary by itself" (the shared
+    keyword list is mostly diagnoses); the built-in list now reads them on any Chinese vocabulary."""
+    eng = Engine(yidu.vocabulary)
+    assert eng.use_demo_abbreviations() > 50
+    hit = named_term(eng.search_vocabulary("LC", 3))
+    assert hit is not None and (hit.term, hit.found) == ("腹腔镜下胆囊切除术", "abbreviation")
+    # TURP: the leaf that ends with (TURP), then the category the list's expansion names
+    assert [(h.term, h.found) for h in eng.search_vocabulary("turp", 2)] == [
+        ("经尿道前列腺切除术（TURP）", "bracketed"), ("经尿道前列腺切除术", "abbreviation")]
 
 
 # ----------------------------------------------------------------------------- speed
