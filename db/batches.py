@@ -404,10 +404,12 @@ def last_batch(s: Session, username: str) -> dict | None:
     return {"id": batch_id, "vocabulary_id": s.scalar(select(Batch.vocabulary_id).where(Batch.id == batch_id))}
 
 
-def release_claim(s: Session, mention_id: int, username: str) -> bool:
-    """The coder leaves a mention undecided (signs out, switches batch): their claim on it is dropped at once
-    instead of lapsing after CLAIM_MINUTES (committed). False when they held no claim on it."""
-    n = s.execute(update(Mention).where(Mention.id == mention_id, Mention.claimed_by == username)
+def release_claim(s: Session, mention_id: int | None, username: str) -> bool:
+    """The coder leaves a mention undecided (signs out, switches batch): their claim on it (``None``: on every
+    mention, in every batch, as at sign-out) is dropped at once instead of lapsing after CLAIM_MINUTES
+    (committed). False when they held no such claim."""
+    q = update(Mention).where(Mention.claimed_by == username)
+    n = s.execute((q if mention_id is None else q.where(Mention.id == mention_id))
                   .values(claimed_by=None, claimed_at=None)).rowcount
     s.commit()
     return bool(n)

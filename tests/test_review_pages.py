@@ -529,10 +529,13 @@ def test_a_coder_who_leaves_frees_the_mention_on_screen_and_comes_back_to_the_la
     on_second = on_screen(at)  # the second batch's next mention, now on zhang's screen
     with services.session_scope(url) as s:
         assert services.next_mention(s, second, "liu", claim=False)["id"] != on_second
+        third = services.create_batch(s, "third", team["vid"], ["脾切除", "肾切除"])
+        left = services.next_mention(s, third, "zhang")["id"]  # a claim left in another batch (another tab)
     next(b for b in at.button if b.label == "Sign out").click()
     run(at)
     with services.session_scope(url) as s:
         assert services.next_mention(s, second, "liu", claim=False)["id"] == on_second  # freed at the sign-out
+        assert services.next_mention(s, third, "liu", claim=False)["id"] == left  # so is the other batch's
     again = app_as("zhang")  # a new sign-in (a new browser session) at the bare address
     assert again.selectbox(key="_batch").value == second and on_screen(again) == on_second
     with services.session_scope(url) as s:  # the second batch finished: a new sign-in opens the list's first
