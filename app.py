@@ -139,6 +139,12 @@ if auth.has_role(role, "lead"):
                      st.Page("app_pages/editions.py", title="Editions", icon=":material/difference:")]
 if auth.has_role(role, "admin"):
     pages["Admin"] = [st.Page("app_pages/admin_users.py", title="Users", icon=":material/manage_accounts:")]
+# a page the role lacks, asked for by its address (/review), says so (its _ui.require_role) instead of opening the
+# coding queue without a word (a team test's coder)
+offered = {p.url_path for group in pages.values() for p in group}
+offered |= {"annotate"} if annotating else set()  # a default page's url_path is "" (it is served at the root)
+pages["Coding"] += [st.Page(f"app_pages/{path}.py", url_path=path, visibility="hidden")
+                    for path in _ui.PAGE_PATHS if path not in offered]
 try:
     st.navigation(pages).run()
 except _ui.DATABASE_DOWN as e:  # a page's own reads (the engine, jobs) outside _ui.session()

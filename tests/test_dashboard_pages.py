@@ -151,6 +151,11 @@ def test_a_coder_cannot_open_lead_pages(world):
         assert not at.metric and not at.dataframe and not at.multiselect and not at.button, page
         assert page_as(None, page).warning[0].value == "Please sign in.", page
     assert "is a lead" in page_as("lead1", "admin_users.py").error[0].value  # a lead is not an admin either
+    # asked for by its address in the whole app, a lead's page says it is not the coder's (it opened the coding
+    # queue without a word), and the navigation still offers only the coder's pages
+    at = app_as("coder1", "review.py")
+    assert at.error and "This page is for the lead role and above; coder1 is a coder." in at.error[0].value
+    assert not at.dataframe and "Review" not in [b.label for b in at.button]
 
 
 # ------------------------------------------------------------------ gold tasks page
