@@ -185,6 +185,12 @@ def legend_html(candidates: bool = True, kinds=None) -> str:
     return f'<div class="tn-legend">Keywords: {chips}{marks}</div>'
 
 
+def confidence_text(conf: float) -> str:
+    """A confidence as written for people: two decimals, four from 0.99 up, where a model's bands often start (a
+    team test read "sure from 1.00" and "likely from 1.00" side by side)."""
+    return f"{conf:.2f}" if conf < 0.99 else f"{conf:.4f}"
+
+
 def confidence_badge(conf: float, bands: dict | None = None) -> str:
     """How sure the suggestion is, in the words of the serving version's bands (termnorm.stats, calibrated on
     its held-out mentions, or on the coders' decisions on its suggestions: ``bands["on"]``): "sure · 96%" /
@@ -193,20 +199,20 @@ def confidence_badge(conf: float, bands: dict | None = None) -> str:
     scores need not read as chances."""
     from termnorm.stats import BANDS, band_of
 
-    band = band_of(conf, bands)
+    band, shown = band_of(conf, bands), confidence_text(conf)
     if band is None:
         return (f'<span class="tn-badge tn-grey" title="the serving model was not measured yet, on held-out mentions '
-                f'nor on 50 coders\' decisions on its suggestions: model confidence {conf:.2f}">confidence not '
+                f'nor on 50 coders\' decisions on its suggestions: model confidence {shown}">confidence not '
                 "measured yet</span>")
     word, on = band["word"], esc(bands.get("on", "held-out mentions"))
     if "precision" not in band:
         why = ("below every band measured" if bands.get("bands") else  # no band to be below (a user test's title)
                f"no confidence level was right {min(t for _, t in BANDS):.0%} of the time")
         return (f'<span class="tn-badge tn-unsure" title="{why} on {bands["n"]} {on}: model confidence '
-                f'{conf:.2f}">{esc(word)}</span>')
-    return (f'<span class="tn-badge tn-{esc(word)}" title="{band["precision"]:.0%} of the {band["support"]} suggestions '
-            f'in this band were right, and at least {band.get("target", 0):.0%} at each of its confidence levels, '
-            f'measured on {on} (model confidence {conf:.2f})">{esc(word)} · {band["precision"]:.0%}</span>')
+                f'{shown}">{esc(word)}</span>')
+    return (f'<span class="tn-badge tn-{esc(word)}" title="{band["precision"]:.0%} of the {band["support"]} '
+            f'suggestions in this band were right, and at least {band.get("target", 0):.0%} at each of its confidence '
+            f'levels, measured on {on} (model confidence {shown})">{esc(word)} · {band["precision"]:.0%}</span>')
 
 
 def model_label(version: str | None, html: bool = True) -> str:

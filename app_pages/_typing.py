@@ -25,7 +25,7 @@ def typed_terms(holder, values: list[str], search_key: str, options: list[str] =
     ``options`` not in the box holding it; and if none does, it goes to the vocabulary search below
     (``search_key``, the key of a text input), whose results show what it may be. Nothing typed is saved as a term;
     each reading is said (:func:`after_terms_box`). ``holder``: the page's db.engine_holder.EngineHolder."""
-    from termnorm.search import code_text, found_tag, named_term
+    from termnorm.search import TAGS, code_text, found_tag, named_term, naming
 
     vocab = holder.engine.vocabulary
     out, notes = [], st.session_state.setdefault(TYPED_NOTES, [])
@@ -33,13 +33,14 @@ def typed_terms(holder, values: list[str], search_key: str, options: list[str] =
         if value in vocab:
             out.append(value)
             continue
-        hit = named_term(holder.search(value, limit=5))
+        hits = holder.search(value, limit=5)
+        hit = named_term(hits)
         text = value.strip().lower()  # the box's list: the options holding it, those starting with it first
         held = sorted((o for o in options if text and text in o.lower() and o not in values),
                       key=lambda o: not o.lower().startswith(text))
         held += [o for o in values if text and text in o.lower() and o in vocab]  # then those in the box (no change)
         if hit is not None:
-            term, how = hit.term, found_tag(hit)
+            term, how = hit.term, TAGS.get(hit.found, hit.found) if hit.via == hit.term else found_tag(hit)
             typed = [c for c in vocab.codes_of(term) if code_text(c) == code_text(value)]
             if hit.found == "code" and codes is not None and typed:
                 codes[term] = typed[0]
@@ -47,7 +48,10 @@ def typed_terms(holder, values: list[str], search_key: str, options: list[str] =
             term, how = held[0], "the first option holding it"
         else:
             st.session_state[search_key] = value
-            notes.append(("warning", f"“{value}” names no term of this vocabulary by itself (a name, a code, a "
+            several = [h.term for h in naming(hits)]
+            notes.append(("warning", f"“{value}” names {len(several)} terms ({'; '.join(several)}): it is in the "
+                                     "vocabulary search below; Add the one meant from there." if len(several) > 1 else
+                                     f"“{value}” names no term of this vocabulary by itself (a name, a code, a "
                                      "synonym or an abbreviation of one term): it is in the vocabulary search below; "
                                      "Add the right term from there."))
             continue

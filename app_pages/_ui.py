@@ -26,7 +26,7 @@ from app_pages._markup import CSS as CSS, candidate_table_html as candidate_tabl
 from app_pages._markup import code_cell as code_cell, compare_keywords as compare_keywords  # noqa: F401
 from app_pages._markup import distinct as distinct  # noqa: F401
 from app_pages._markup import confidence_badge as confidence_badge, esc as esc, highlight_html as highlight_html  # noqa: F401
-from app_pages._markup import model_label as model_label  # noqa: F401
+from app_pages._markup import confidence_text as confidence_text, model_label as model_label  # noqa: F401
 from app_pages._markup import legend_html as legend_html, md as md, missing_keywords as missing_keywords  # noqa: F401
 
 

@@ -80,8 +80,8 @@ if serving is None:
 else:
     m = serving.get("metrics") or {}
     bands = serving.get("confidence_bands") or {}
-    words = ", ".join(f"“{b['word']}” from confidence {b['min_confidence']:.2f} ({b['precision']:.0%} right, "
-                      f"{b['support']} mentions)" for b in bands.get("bands", []))
+    words = ", ".join(f"“{b['word']}” from confidence {_ui.confidence_text(b['min_confidence'])} "
+                      f"({b['precision']:.0%} right, {b['support']} mentions)" for b in bands.get("bands", []))
     st.caption(f"Serving: **{serving['version']}** · {measured_on(m)} · confidence words: "
                f"{words or 'none reached (every suggestion reads “unsure”)'}"
                if bands.get("measured") else

@@ -148,10 +148,17 @@ def named_term(hits: list[Candidate]) -> Candidate | None:
     >>> [getattr(named_term(s.search(q, 5)), "term", None) for q in ("06.4", "TT", "甲状腺全部切除术 ", "06.31", "06.3100")]
     ['甲状腺全部切除术', '甲状腺全部切除术', '甲状腺全部切除术', None, None]
     """
+    named = naming(hits)
+    sole = not named and len(hits) == 1 and getattr(hits[0], "found", "") == "code_prefix"  # the one term under it
+    return hits[0] if sole else named[0] if len(named) == 1 else None
+
+
+def naming(hits: list[Candidate]) -> list[Candidate]:
+    """The hits whose reading names their term outright (:data:`NAMING`, scoring 1.0), one per term: several when
+    the query names several terms (``TURP``: the leaf ending in (TURP) and the category its expansion names)."""
     named = {h.term: h for h in hits if getattr(h, "found", "") in NAMING and not getattr(h, "relation", "")
              and h.scores.get(h.found) == 1.0}
-    sole = not named and len(hits) == 1 and getattr(hits[0], "found", "") == "code_prefix"  # the one term under it
-    return hits[0] if sole else next(iter(named.values())) if len(named) == 1 else None
+    return list(named.values())
 
 
 def abbreviation_pairs(table) -> list[tuple[str, str]]:

@@ -287,6 +287,9 @@ def test_the_badge_speaks_in_words():
     assert "sure · 100%" in _ui.confidence_badge(0.95, bands) and "tn-sure" in _ui.confidence_badge(0.95, bands)
     assert ">unsure<" in _ui.confidence_badge(0.2, bands)
     assert "not measured yet" in _ui.confidence_badge(0.95, None)
+    # near 1 the decimals that tell bands apart are shown (a team test read two bands "from confidence 1.00")
+    assert [_ui.confidence_text(c) for c in (0.5, 0.987, 0.99963)] == ["0.50", "0.99", "0.9996"]
+    assert "model confidence 0.9996" in _ui.confidence_badge(0.99963, bands)
     assert "%" not in _ui.confidence_badge(0.2, bands).split(">")[1]  # no bare percentage on the badge
     assert "below every band measured on 100 held-out mentions" in _ui.confidence_badge(0.2, bands)
     none_reached = confidence_bands([{"confidence": 0.9, "correct": i % 2 == 0} for i in range(60)])

@@ -17,7 +17,7 @@ from helpers import need
 
 from termnorm.engine import DEMO_ABBREVIATIONS, Engine, demo_vocabulary
 from termnorm.loaders import load_keywords, load_vocabulary
-from termnorm.search import SearchHit, VocabularySearch, found_tag, is_code_like, named_term, nearest_note
+from termnorm.search import SearchHit, VocabularySearch, found_tag, is_code_like, named_term, naming, nearest_note
 from termnorm.vocabulary import Vocabulary, code_key
 
 REPO = Path(__file__).resolve().parents[1]
@@ -323,8 +323,10 @@ def test_the_built_in_abbreviations_serve_a_real_chinese_vocabulary(yidu):
     hit = named_term(eng.search_vocabulary("LC", 3))
     assert hit is not None and (hit.term, hit.found) == ("腹腔镜下胆囊切除术", "abbreviation")
     # TURP: the leaf that ends with (TURP), then the category the list's expansion names
-    assert [(h.term, h.found) for h in eng.search_vocabulary("turp", 2)] == [
-        ("经尿道前列腺切除术（TURP）", "bracketed"), ("经尿道前列腺切除术", "abbreviation")]
+    turp = eng.search_vocabulary("turp", 2)
+    assert [(h.term, h.found) for h in turp] == [("经尿道前列腺切除术（TURP）", "bracketed"),
+                                                 ("经尿道前列腺切除术", "abbreviation")]
+    assert named_term(turp) is None and [h.term for h in naming(turp)] == [h.term for h in turp]  # it names both
 
 
 # ----------------------------------------------------------------------------- speed
