@@ -333,7 +333,7 @@ def next_mention(s: Session, batch_id: int, username: str, order: str | None = N
                     (Mention.status == "skipped", 3 if lead else 2), else_=2 if lead else 3)
         # skipped mentions come round in turn, the longest untouched first: in file order a coder skipping the
         # first of the skipped ones was served it again and again, the others out of reach
-        turn = case((Mention.status == "skipped", Mention.updated_at), else_=None)
+        turn = case((Mention.status.in_(("skipped", "flagged")), Mention.updated_at), else_=None)
         keys = [case((mine, 0), else_=1), tier, turn, *_order_keys(order)]
         q = (select(Mention.id, Mention.text, Mention.position, Mention.status, Mention.claimed_by,
                     Mention.claimed_at, Mention.frequency)

@@ -99,7 +99,8 @@ def record_decision(s: Session, mention_id: int, username: str, action: str, ter
       shown candidates not chosen become hard negatives (``rejected_candidate``);
     * ``reject``  -- none of the shown candidates fits: all of them become hard
       negatives; no terms;
-    * ``skip`` / ``flag`` -- only the comment is kept (no training pairs).
+    * ``skip`` / ``flag`` -- only the comment is kept (no training pairs). A skip of a flagged mention (a lead
+      passing it) records no decision: the flag stays in force, and the mention goes behind the other flagged ones.
 
     ``shown`` = how many top candidates the screen displayed (default
     SHOWN_CANDIDATES). A new decision on a mention supersedes the previous one
@@ -142,6 +143,11 @@ def record_decision(s: Session, mention_id: int, username: str, action: str, ter
             raise KeyError(f"no mention {mention_id}")
         vocab_id = m.batch.vocabulary_id
         user = acting_user(s, username)
+        if action == "skip" and m.status == "flagged":  # a lead passing a coder's question: it stays asked, by its
+            m.updated_at, m.claimed_by, m.claimed_at = utcnow(), None, None  # coder (a team test's skip erased it)
+            audit(s, user, "skip", "mention", m.id, {"previous_status": "flagged", "kept": "the flag"})
+            s.commit()
+            return s.scalar(select(Decision.id).where(Decision.mention_id == m.id, Decision.is_latest))
         sug = latest_suggestion_row(s, mention_id)
         if action == "accept" and not terms:
             if sug is None or not sug.chosen:

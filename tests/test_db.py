@@ -259,6 +259,11 @@ def test_skip_and_flag_keep_comments_and_shape_the_queue(setup):
         # a lead is served the flagged one before the skipped one (a team test's lead skipped the skipped one six
         # times and never reached the flagged one)
         assert S.next_mention(s, bid, "boss", claim=False)["id"] == ids[1]
+        # a lead passing it (K) keeps the coder's question: still flagged, alice's flag still the decision in force
+        S.record_decision(s, ids[1], "boss", "skip")
+        m = S.mention(s, ids[1])
+        assert m["status"] == "flagged" and (m["decision"]["user"], m["decision"]["comment"]) == ("alice",
+                                                                                              "code looks outdated")
         assert S.next_mention(s, bid, "alice")["id"] == ids[0]
         S.record_decision(s, ids[0], "alice", "accept")
         assert S.next_mention(s, bid, "alice") is None
