@@ -85,7 +85,8 @@ def suggestion_outcome(job: dict) -> None:
     """The outcome of a db.suggest_jobs job: how many suggestions, with which model; a cancel is resumable."""
     m = job.get("metrics") or {}
     if job["state"] == "done":
-        st.success(f"{m.get('stored', 0):,} suggestion(s) stored with **{model_label(m.get('model_version'), html=False)}** "
+        st.success(f"{m.get('stored', 0):,} suggestion(s) stored with "
+                   f"**{model_label(m.get('model_version'), html=False)}** "
                    f"({m.get('done', 0):,} mention(s) suggested"
                    + (f", {m['rate']:,.0f} per second" if m.get("rate") else "") + ").")
     elif job["state"] == "cancelled":

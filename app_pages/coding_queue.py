@@ -391,7 +391,8 @@ def export_code(term: str) -> str:
 options = list(dict.fromkeys([c.term for c in sug.candidates] + in_box))
 # the chips show names only: a label that changes with the code picked below would no longer match the value
 # the browser holds for the widget
-st.multiselect("Terms for this mention", options, key=sel_key, on_change=on_typed, args=(mid, box_version, options, boxed),
+st.multiselect("Terms for this mention", options, key=sel_key, on_change=on_typed,
+               args=(mid, box_version, options, boxed),
                placeholder=f"Pick terms, or {_typing.TYPE_A_TERM}; or search the vocabulary below",
                accept_new_options=True,  # a term no candidate holds, typed (_typing.typed_terms reads it)
                select_all=False)  # no 'Select N matches': Enter after typing must not add every match

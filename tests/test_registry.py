@@ -175,7 +175,8 @@ def test_confidence_bands_hold_their_precision_at_every_confidence_in_them():
     sure, likely = b["bands"]
     assert (sure["word"], sure["min_confidence"], sure["support"], sure["precision"]) == ("sure", 0.61, 40, 1.0)
     # the band below holds the next 40 only, and says how often they (not they and the 40 above) were right
-    assert (likely["word"], likely["min_confidence"], likely["support"], likely["precision"]) == ("likely", 0.21, 40, 0.9)
+    assert (likely["word"], likely["min_confidence"], likely["support"], likely["precision"]) == \
+        ("likely", 0.21, 40, 0.9)
     assert [band_of(c, b)["word"] for c in (0.99, 0.61, 0.6, 0.21, 0.2, 0.0)] == \
         ["sure", "sure", "likely", "likely", "unsure", "unsure"]
     assert band_of(0.5, confidence_bands(preds[:30])) is None  # too few held-out mentions: not measured
