@@ -162,14 +162,17 @@ def test_a_bookmarked_page_opens_after_sign_in(app):
         page.wait_for_selector("[data-testid=stMain] >> text=Acceptance of suggestions")
         assert urlparse(page.url).path.rstrip("/").endswith("/dashboards")  # (the query names the batch)
         assert not page.get_by_text("Page not found").count()
-        # a coder's bookmark of a lead's page: the coding queue, never the lead's page
+        # a coder's bookmark of a lead's page: never the lead's page, and said so (a team test's coder landed on the
+        # coding queue without a word); the coding queue is one click away
         coder = _page(browser)
         coder.goto(app["base"] + "/dashboards")
         coder.wait_for_selector("text=Sign in to code mentions")
         _sign_in(coder, "zhang", "zhang-password")
-        coder.wait_for_selector("table.tn-cands")  # the coding queue, the coder's default page
+        coder.wait_for_selector("[data-testid=stMain] >> text=This page is for the lead role and above")
         assert signed_in_as(coder) == "zhang"
         assert not coder.locator("[data-testid=stMain] >> text=Acceptance of suggestions").count()
+        coder.locator("[data-testid=stSidebarNav] >> text=Coding queue").click()
+        coder.wait_for_selector("table.tn-cands")  # the coding queue
         browser.close()
 
 
