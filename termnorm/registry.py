@@ -40,6 +40,7 @@ import re
 import shutil
 import uuid
 from dataclasses import asdict
+from functools import lru_cache
 from pathlib import Path
 
 from termnorm.filestore import file_lock, fsync_dir, read_json, utc_now, write_json_atomic
@@ -141,7 +142,9 @@ class Registry:
         rec = self.get(version) if version else self.serving()
         bands = (rec or {}).get("confidence_bands")
         if bands and bands.get("measured") and bands.get("method") != BANDS_METHOD:  # set by an earlier rule
-            bands = _bands(self.gold_predictions(rec["version"]) or None) or bands
+            path = self.path(rec["version"]) / "gold_predictions.json"
+            if path.exists():  # once per file: the coding page asks for every mention
+                bands = _bands_of_file(str(path), path.stat().st_mtime_ns) or bands
         return bands
 
     def history(self) -> list[dict]:
@@ -319,6 +322,12 @@ def _bands(predictions: list[dict] | None) -> dict | None:
     from termnorm.stats import confidence_bands
 
     return confidence_bands(predictions) if predictions is not None else None
+
+
+@lru_cache(maxsize=32)
+def _bands_of_file(path: str, mtime_ns: int) -> dict | None:
+    """:func:`_bands` of a stored ``gold_predictions.json`` (``mtime_ns``: read again when the file changes)."""
+    return _bands(read_json(Path(path), []) or None)
 
 
 def _find(idx: dict, version: str) -> dict:

@@ -294,8 +294,9 @@ class VocabularySearch:
 
     def _index_bracket(self, tid: int, is_syn: bool, text: str) -> None:
         m = BRACKETED.search(text)
-        if m and (tid, is_syn, text) not in self._brackets.get(normalize(m.group(1)), ()):
-            self._brackets.setdefault(normalize(m.group(1)), []).append((tid, is_syn, text))
+        forms = self._brackets.setdefault(normalize(m.group(1)), []) if m else None
+        if forms is not None and (tid, is_syn, text) not in forms:
+            forms.append((tid, is_syn, text))
 
     def _fuzzy(self):
         if self.union is None:
