@@ -359,9 +359,26 @@ def test_main_writes_model_index_and_config(tiny_dir, tmp_path):
         assert [t for t, _ in got] == [t for t, _ in want] and np.allclose([x for _, x in got], [x for _, x in want])
     # a model written after its index is encoded afresh
     later = (out / "index" / "vocabulary" / "index.json").stat().st_mtime + 10
-    os.utime(out / "model" / "config.json", (later, later))
+    os.utime(out / "model" / "delta.safetensors", (later, later))
     with pytest.raises(pytest.fail.Exception, match="encoded again"):
         DenseRecaller(enc).fit(vocab)
+
+
+def test_main_learns_a_vocabularys_synonyms_without_any_coded_mention(tiny_dir, tmp_path, capsys):
+    """Day one: --data vocab needs no labelled file; any other data still asks for one, by name."""
+    args = ["--vocab", str(DEMO / "procedures.csv"), "--encoder", str(tiny_dir), "--objective", "nce", "--epochs",
+            "1", "--max-steps", "3", "--batch-size", "8", "--no-progress", "--train-top", "1", "--out"]
+    assert main(args + [str(tmp_path / "bad")]) == 2 and "--train is needed" in capsys.readouterr().err
+    assert main(args + [str(tmp_path / "run"), "--data", "vocab", "--no-count-head"]) == 0
+    cfg = json.loads((tmp_path / "run" / "config.json").read_text(encoding="utf-8"))
+    assert cfg["n_train_mentions"] == 0 and cfg["metrics"]["steps"] == 3 and "train" not in cfg["data"]
+    assert sorted(p.name for p in (tmp_path / "run" / "model").iterdir()) == ["delta.safetensors",
+                                                                              "termnorm_biencoder.json"]
+    from termnorm.loaders import load_vocabulary
+
+    rec = DenseRecaller.load(tmp_path / "run" / "index", BiEncoder.load(tmp_path / "run", device="cpu"),
+                             load_vocabulary(DEMO / "procedures.csv"))
+    assert len(rec.recall("阑尾切除术", 5)) == 5
 
 
 # ---------------------------------------------------------------- cross-fitted bi-encoders
@@ -559,9 +576,49 @@ def test_training_only_the_top_layer_runs_the_lower_ones_once_per_text_and_saves
     moved = {n for n, p in enc.model.named_parameters() if not torch.equal(p.detach(), start[n])}
     assert moved and all(".layer.1." in n for n in moved), sorted(moved)
     enc.save(tmp_path / "model")
+    # saved as the changed weights: the top layer's, against the base folder it was trained from
+    assert not (tmp_path / "model" / "model.safetensors").exists()
+    from safetensors import safe_open
+
+    with safe_open(str(tmp_path / "model" / "delta.safetensors"), framework="pt") as f:
+        assert {k for k in f.keys() if "position_ids" not in k} == {n.split(".", 2)[2] for n in moved}
     again = BiEncoder.load(tmp_path / "model", device="cpu")
     assert np.allclose(again.encode_queries(probe), enc.encode_queries(probe), atol=1e-5)
     assert not np.allclose(fresh(tiny_dir).encode_queries(probe), enc.encode_queries(probe), atol=1e-3)
+
+
+def test_a_fine_tuned_encoder_is_saved_as_its_changes_and_refuses_another_base(tiny_dir, demo, tmp_path):
+    """A compact save holds only the weights that differ from the base folder, reloads to the same vectors (count
+    head included), and names the missing base clearly when its weights are not the ones it was trained from."""
+    import shutil
+
+    vocab, mentions = demo
+    base = tmp_path / "base"
+    shutil.copytree(tiny_dir, base)
+    enc = BiEncoder.from_folder(base, device="cpu")
+    with torch.no_grad():
+        enc.model.transformers_model.encoder.layer[1].output.dense.weight.add_(0.05)
+    fit_count_head(enc, mentions[:40], epochs=5)
+    texts = [m.text for m in mentions[:20]]
+    enc.save(tmp_path / "compact")
+    enc.save(tmp_path / "whole", compact=False)
+    size = {k: sum(p.stat().st_size for p in (tmp_path / k).rglob("*") if p.is_file()) for k in ("compact", "whole")}
+    assert size["compact"] < size["whole"] / 4, size
+    back = BiEncoder.load(tmp_path / "compact", device="cpu")
+    np.testing.assert_array_equal(back.encode_queries(texts), enc.encode_queries(texts))
+    np.testing.assert_array_equal(back.encode_terms(vocab.names[:20]), BiEncoder.load(
+        tmp_path / "whole", device="cpu").encode_terms(vocab.names[:20]))
+    np.testing.assert_allclose(back.predict_count(texts)[1], enc.predict_count(texts)[1], atol=1e-6)
+    # a reloaded compact model saves compact again, against the same base
+    back.save(tmp_path / "again")
+    assert (tmp_path / "again" / "delta.safetensors").is_file()
+    # other weights in the base folder: refused with the base's name, never read against them
+    other = BiEncoder.from_folder(base, device="cpu")
+    with torch.no_grad():
+        other.model.transformers_model.embeddings.word_embeddings.weight.mul_(2)
+    other.model.transformers_model.save_pretrained(str(base))
+    with pytest.raises(FileNotFoundError, match="base encoder 'base'.*other weights"):
+        BiEncoder.load(tmp_path / "compact", device="cpu")
 
 
 def test_the_dense_recall_benchmark_gives_the_trainings_own_figure_from_the_saved_index(tiny_dir, tmp_path, capsys):

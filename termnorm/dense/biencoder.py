@@ -308,12 +308,20 @@ class BiEncoder:
         return prob.argmax(1) + 1, prob
 
     # ---- persistence --------------------------------------------------------
-    def save(self, directory) -> Path:
+    def save(self, directory, compact: bool = True) -> Path:
+        """Write the model to ``directory``. ``compact`` (where the base folder is known): only the weights that
+        differ from the base's (``termnorm.dense.delta``), 14 MB instead of 466 MB for e5-small's top 2 layers."""
+        from termnorm.dense import delta
+
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        self.model.save(str(directory))
+        base = delta.base_of(self) if compact else None
+        if base is None:
+            self.model.save(str(directory))
+        else:
+            delta.save_delta(self, directory, base)
         cfg = {"query_prefix": self.query_prefix, "passage_prefix": self.passage_prefix, "source": self.source,
-               "max_seq_length": self.max_seq_length, "dim": self.dim,
+               "max_seq_length": self.max_seq_length, "dim": self.dim, "base": base,
                "count_head": self.count_head.config() if self.count_head is not None else None}
         (directory / CONFIG_NAME).write_text(json.dumps(cfg, ensure_ascii=False, indent=2), encoding="utf-8")
         if self.count_head is not None:
@@ -331,12 +339,17 @@ class BiEncoder:
         if not (directory / CONFIG_NAME).is_file() and (directory / "model").is_dir():
             directory = directory / "model"
         cfg = json.loads((directory / CONFIG_NAME).read_text(encoding="utf-8"))
-        st = SentenceTransformer(str(directory), device=device or default_device(), local_files_only=True)
-        head = None
+        if cfg.get("base"):  # saved as its changes to a base folder
+            from termnorm.dense.delta import load_delta
+
+            enc = load_delta(directory, cfg, device or default_device())
+        else:
+            st = SentenceTransformer(str(directory), device=device or default_device(), local_files_only=True)
+            enc = cls(st, cfg.get("query_prefix", ""), cfg.get("passage_prefix", ""), cfg.get("source", ""))
         if cfg.get("count_head"):
-            head = CountHead(**cfg["count_head"])
-            head.load_state_dict(torch.load(directory / COUNT_HEAD_NAME, map_location="cpu"))
-        enc = cls(st, cfg.get("query_prefix", ""), cfg.get("passage_prefix", ""), cfg.get("source", ""), head)
+            enc.count_head = CountHead(**cfg["count_head"])
+            enc.count_head.load_state_dict(torch.load(directory / COUNT_HEAD_NAME, map_location="cpu"))
+            enc.count_head.to(enc.device)
         enc.folder = directory
         return enc
 

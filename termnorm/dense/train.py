@@ -22,15 +22,12 @@ name pairs; names + synonyms for batch_hard) or ``"both"``. For batch_hard,
 search target), and ``"both"`` repeats the mentions so |D|/|O| ≈ 1/3
 (approach E's mixing ratio).
 
-The count head (1 / 2 / >=3 terms, approach A) is trained *jointly*: its
-cross-entropy on the mention embeddings of each batch is added to the
-objective's loss (approach A's "triplet + CE"), which the hand-written loop
-below makes trivial. After training the head is *refitted* on the final
-mention embeddings (cheap: they are encoded for the final evaluation anyway),
-because a CPU-budget run of a few dozen steps leaves the joint head at the
-majority class. With ``data="vocab"`` there are no mentions in the batches, so
-the head is only fitted afterwards on frozen embeddings of the labelled
-mentions (:func:`~termnorm.dense.biencoder.fit_count_head`).
+The count head (1 / 2 / >=3 terms, approach A) is trained *jointly*: its cross-entropy on the mention embeddings of
+each batch is added to the objective's loss (approach A's "triplet + CE"), which the hand-written loop below makes
+trivial. After training the head is *refitted* on the final mention embeddings (cheap: they are encoded for the
+final evaluation anyway), because a CPU-budget run of a few dozen steps leaves the joint head at the majority
+class. With ``data="vocab"`` there are no mentions in the batches, so the head is only fitted afterwards on frozen
+embeddings of the labelled mentions (:func:`~termnorm.dense.biencoder.fit_count_head`).
 
 Why a hand-written loop rather than ``SentenceTransformerTrainer``: the trainer needs ``datasets`` +
 ``accelerate`` (not dependencies here), and every objective here re-mines negatives or rebuilds batches
@@ -367,7 +364,8 @@ def resolve_encoder_folder(spec: str) -> Path:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m termnorm.dense.train", description=__doc__.splitlines()[0])
     ap.add_argument("--vocab", required=True, help="vocabulary file (code.txt, v601 xlsx, csv ...)")
-    ap.add_argument("--train", required=True, help="labelled mentions (xlsx 原始词/标准词, CHIP json ...)")
+    ap.add_argument("--train", help="labelled mentions (xlsx 原始词/标准词, CHIP json ...); optional with --data "
+                                    "vocab (a vocabulary's own synonyms, day one: no coded mention needed)")
     ap.add_argument("--val", help="labelled validation mentions (recall@k per epoch, E-FN beta)")
     ap.add_argument("--encoder", required=True, help="model folder or encoder spec for resolve_encoder")
     ap.add_argument("--objective", choices=OBJECTIVES, default="nce")
@@ -406,16 +404,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "per core or GPU; the last to finish writes the fold map)")
     ap.add_argument("--out", required=True, help="output folder")
     args = ap.parse_args(argv)
-    if args.fold is not None and (args.folds < 2 or not 0 <= args.fold < args.folds):
-        print(f"--fold needs --folds K >= 2 and must be in 0..K-1 (got --fold {args.fold} --folds {args.folds})",
-              file=sys.stderr)
+    bad = (f"--fold needs --folds K >= 2 and must be in 0..K-1 (got --fold {args.fold} --folds {args.folds})"
+           if args.fold is not None and (args.folds < 2 or not 0 <= args.fold < args.folds) else
+           "--train is needed unless the encoder learns from the vocabulary alone (--data vocab, no --folds)"
+           if not args.train and (args.data != "vocab" or args.folds >= 2) else None)
+    if bad:
+        print(bad, file=sys.stderr)
         return 2
 
     from termnorm.loaders import load_labelled, load_vocabulary
 
     t0 = time.perf_counter()
     vocab = load_vocabulary(args.vocab)
-    train = load_labelled(args.train, vocab).mentions
+    train = load_labelled(args.train, vocab).mentions if args.train else []
     if args.max_train:
         train = train[: args.max_train]
     val = load_labelled(args.val, vocab).mentions if args.val else None
