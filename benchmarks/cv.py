@@ -40,8 +40,7 @@ labelled mention of the set is a test mention once:
 so each fold trains on as many coded mentions as the official split. Per
 outer fold the recall candidates, surface-difference scorer and term
 classifier are fitted once (``Engine.ranker_training_data``); every row
-then fits its own ranker on them (``Engine.fit_ranker``). Rows run by default
-(``--rows``):
+then fits its own ranker on them (``Engine.fit_ranker``). Rows run by default (``--rows``):
 
 - ``shipped``        the defaults (``termnorm train lexical``): list-context features, part-coverage
                      count features, one GBM;
@@ -53,7 +52,8 @@ then fits its own ranker on them (``Engine.fit_ranker``). Rows run by default
 Rows that change only the ranker's options, also on the shared candidates (not run by default):
 - ``novel_2``, ``novel_4``  the pair scorer's rows of a training mention whose gold term its K-fold history
                      never coded weigh 2 or 4 (``GBMOptions.novel_weight``); ``dense_novel_2``, ``dense_novel_4``
-                     the same with the dense row's bi-encoder (that row's candidates);
+                     the same with the dense row's bi-encoder (that row's candidates), as ``dense_doc_words``
+                     and ``dense_ensemble_3`` are ``doc_words`` and ``ensemble_3``;
 - ``part_context``   per-part context features in the pair scorer (``--part-context``, termnorm.rank.parts);
 - ``name``           a history-free pair scorer's out-of-fold probability as one more score (termnorm.rank.name);
 - ``doc_words``      score ``doc_words``: what the mention's document says of a candidate (termnorm.rank.document).
@@ -155,8 +155,8 @@ ROWS = {
     "part_context": dict(part_context=True),
     "name": dict(name_scorer=True),
     "doc_words": dict(document_words=True),
-    "dense_novel_2": dict(dense="dense", novel_weight=2.0),
-    "dense_novel_4": dict(dense="dense", novel_weight=4.0),
+    "dense_novel_2": dict(dense="dense", novel_weight=2.0), "dense_novel_4": dict(dense="dense", novel_weight=4.0),
+    "dense_doc_words": dict(dense="dense", document_words=True), "dense_ensemble_3": dict(dense="dense", ensemble=3),
     "english_lists": dict(english_lists=True),
     "dense_english_lists": dict(dense="dense", english_lists=True),
     "short_forms": dict(short_forms=True),
