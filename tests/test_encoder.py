@@ -336,3 +336,30 @@ def test_read_corpus_texts_formats(tmp_path):
     with pytest.raises(DataFormatError) as err:
         read_corpus_texts(tmp_path / "bad.json")
     assert err.value.row == 2
+
+
+def test_an_encoder_saved_as_its_changes_to_e5_small_loads_from_the_rebuild_on_another_machine(e5_root, e5_folder,
+                                                                                                tmp_path, monkeypatch):
+    """The base folder a compact save names is gone (another machine): the rebuild `termnorm encoder build` makes is
+    deterministic, so its weights hash as recorded and the saved changes are applied to it."""
+    import json
+
+    import numpy as np
+    import torch
+
+    from termnorm.dense.biencoder import CONFIG_NAME, BiEncoder
+
+    monkeypatch.setenv("TERMNORM_CACHE", str(e5_root))
+    enc = BiEncoder.from_folder(e5_folder, device="cpu", layers=2)
+    with torch.no_grad():
+        enc.model.transformers_model.encoder.layer[1].output.dense.bias.add_(0.1)
+    enc.save(tmp_path / "m")
+    cfg_path = tmp_path / "m" / CONFIG_NAME
+    cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    assert cfg["base"]["sha256"] == E5_SMALL_SAFETENSORS_SHA256 and cfg["base"]["layers"] == 2
+    cfg["base"]["folder"] = str(tmp_path / "elsewhere" / "multilingual-e5-small")
+    cfg_path.write_text(json.dumps(cfg), encoding="utf-8")
+    back = BiEncoder.load(tmp_path / "m", device="cpu")
+    probe = ["右侧甲状腺肿瘤切除术", "myotonic dystrophy"]
+    np.testing.assert_array_equal(back.encode_queries(probe), enc.encode_queries(probe))
+    assert back.source == str(e5_folder.resolve())
