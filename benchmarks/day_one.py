@@ -16,6 +16,12 @@ the mentions the full pipeline finds hardest: on Yidu-N7K val's never-coded buck
 ``termnorm evaluate``; docs/benchmarks.md, "Name scorer").
 
     python3 benchmarks/day_one.py                 # Yidu-N7K val and CHIP-CDN dev (a few minutes)
+    python3 benchmarks/day_one.py --sets ncbi --dense-ncbi runs/ncbi_top2/model
+
+NCBI disease dev (English, MEDIC) has no cold-start ranker of its domain: its day-one engine is the recall order.
+``--dense-<set> DIR`` adds the recall order with a bi-encoder trained on the vocabulary's own names and synonyms (no
+coded mention: ``termnorm train recall --data vocab``, docs/benchmarks.md), what a hospital can have on day one,
+with the sign test against it without. NCBI mentions are read in their abstracts, as the app reads them.
 """
 
 from __future__ import annotations
@@ -32,9 +38,10 @@ from benchmarks._results import write_json  # noqa: E402
 
 #: (vocabulary file, held-out file) per set
 SETS = {"yidu": ("yidu-n7k/code.txt", "yidu-n7k/val.xlsx"),
-        "cdn": ("chip-cdn/icd10_beijing_clinical_v601.xlsx", "chip-cdn/dev.json")}
+        "cdn": ("chip-cdn/icd10_beijing_clinical_v601.xlsx", "chip-cdn/dev.json"),
+        "ncbi": ("ncbi-disease/medic_06Jul2012.txt", "ncbi-disease/NCBIdevelopset_corpus.txt")}
 #: each set's training file: only its gold terms are read, for the familiarity buckets
-TRAIN = {"yidu": "yidu-n7k/train.xlsx", "cdn": "chip-cdn/train.json"}
+TRAIN = {"yidu": "yidu-n7k/train.xlsx", "cdn": "chip-cdn/train.json", "ncbi": "ncbi-disease/NCBItrainset_corpus.txt"}
 
 
 def main(argv=None) -> int:
@@ -42,9 +49,12 @@ def main(argv=None) -> int:
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
     ap.add_argument("--sets", default="yidu,cdn")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "day_one.json"))
+    for n in SETS:
+        ap.add_argument(f"--dense-{n}", help=f"a bi-encoder trained on {n}'s vocabulary alone (adds a row)")
     args = ap.parse_args(argv)
     from db.serving import shipped_engine
-    from termnorm.engine import Engine
+    from termnorm.dense.crossfit import load_dense
+    from termnorm.engine import Engine, cold_start_domain
     from termnorm.evaluate import accuracy_by_familiarity, evaluate_predictions
     from termnorm.loaders import load_labelled, load_vocabulary
     from termnorm.stats import sign_test
@@ -59,16 +69,21 @@ def main(argv=None) -> int:
                 if m.terms and all(t in vocab for t in m.terms)]
         res = {"vocabulary_names": len(vocab), "mentions": len(held)}
         coded = [m.terms for m in load_labelled(data / TRAIN[name], vocab).mentions]
-        rows = (("recall_order", lambda: Engine(vocab), False),
-                ("shipped_cold_start", lambda: shipped_engine(vocab, []), False),
-                ("shipped_cold_start_short_forms", lambda: shipped_engine(vocab, []), True))
+        rows = [("recall_order", lambda: Engine(vocab), False)]
+        if cold_start_domain(vocab):
+            rows += [("shipped_cold_start", lambda: shipped_engine(vocab, []), False),
+                     ("shipped_cold_start_short_forms", lambda: shipped_engine(vocab, []), True)]
+        dense_dir = getattr(args, f"dense_{name}")
+        if dense_dir:  # in the recall order: a cold-start ranker was fitted without the encoder's score
+            rows.append(("recall_order_synonym_encoder", lambda: Engine(vocab, dense=load_dense(dense_dir)), False))
         right = {}
         for row, build, reads_short_forms in rows:
             t0 = time.perf_counter()
             was, short_forms.ENABLED = short_forms.ENABLED, reads_short_forms
             try:
                 eng = build()
-                chosen = [s.chosen for s in eng.suggest_batch([m.text for m in held])]
+                chosen = [s.chosen for s in eng.suggest_batch([m.text for m in held],
+                                                              documents=[m.document for m in held])]
             finally:  # the switch is the process's: a caller (a test) gets it back as it was
                 short_forms.ENABLED = was
             gold = [m.terms for m in held]
@@ -82,8 +97,11 @@ def main(argv=None) -> int:
             buckets = " ".join(f"{b} {v['accuracy']:.3f} (n={v['n']})" for b, v in fam.items() if v["n"])
             print(f"{name} {row:20s} accuracy {got['accuracy']:.4f} micro-F1 {got['micro_f1']:.4f} "
                   f"({res[row]['seconds']} s); by familiarity {buckets}", flush=True)
-        res["short_forms_vs_not"] = sign_test(right["shipped_cold_start_short_forms"], right["shipped_cold_start"])
-        print(f"{name} short forms read vs not: {res['short_forms_vs_not']}", flush=True)
+        for key, (a, b) in {"short_forms_vs_not": ("shipped_cold_start_short_forms", "shipped_cold_start"),
+                            "synonym_encoder_vs_not": ("recall_order_synonym_encoder", "recall_order")}.items():
+            if a in right and b in right:
+                res[key] = sign_test(right[a], right[b])
+                print(f"{name} {key}: {res[key]}", flush=True)
         out[name] = res
     write_json(Path(args.out), {"command": "python3 benchmarks/day_one.py " + " ".join(argv or sys.argv[1:]),
                                 "results": out})
