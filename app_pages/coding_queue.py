@@ -1,14 +1,11 @@
 """Coding queue: one mention at a time, the engine's ranked candidates, one key to decide.
 
-Reads top to bottom like the screen: batch progress, the mention with its
-keywords highlighted, what the engine proposes (how many terms, how sure),
-the ranked candidates with every score and the keyword agreement, the terms
-to save (candidates, vocabulary search), then the actions. Each decision is
-committed to the database (``db.services.record_decision``) before the
-engine learns it and the queue moves on; suggestions for the next mentions
-are prepared after the page is drawn, so the next one is a database read.
-The mention shown is claimed for this coder, so colleagues on the same batch
-are shown other mentions (``db.services.next_mention``).
+Reads top to bottom like the screen: batch progress, the mention with its keywords highlighted, what the engine
+proposes (how many terms, how sure), the ranked candidates with every score and the keyword agreement, the terms to
+save (candidates, vocabulary search), then the actions. Each decision is committed to the database
+(``db.services.record_decision``) before the engine learns it and the queue moves on; suggestions for the next
+mentions are prepared after the page is drawn, so the next one is a database read. The mention shown is claimed for
+this coder, so colleagues on the same batch are shown other mentions (``db.services.next_mention``).
 """
 
 import time
@@ -159,8 +156,9 @@ def _decide(mention_id: int, action: str, terms=(), comment: str = "", codes=Non
         return
     since_last = _ui.claim_decision_slot(MIN_GAP_S)
     if since_last is not None:
-        _ui.flash("warning", f"Ignored a click or key {since_last:.2f} s after the previous decision: nothing saved; "
-                             "press again if you meant it.")
+        _ui.flash("warning", f"Ignored a click or key {since_last:.2f} s after the previous decision ("
+                             f"{st.session_state.get('_last_said', '')}, saved): nothing saved; press again if you "
+                             "meant it.")
         return
     # none set: the default record_decision gives, here too (a not-related default must not be taught as a coding)
     relationship = (st.session_state.get(rel_key) or services.default_relationship(terms, sent_back)) if terms \
@@ -183,8 +181,10 @@ def _decide(mention_id: int, action: str, terms=(), comment: str = "", codes=Non
         return
     _forget(mention_id)
     said = "not related to" if relationship == services.NOT_RELATED else action  # not a coding of those terms
-    _ui.flash("toast", f"#{current['position']} {said}" + (": " + " + ".join(terms) if terms else "")
-              + (" · with your comment" if comment and action != "flag" else ""))
+    # kept for the warning a too-quick next press gets: its run may cut this toast short before it shows
+    st.session_state["_last_said"] = (f"#{current['position']} {said}" + (": " + " + ".join(terms) if terms else "")
+                                      + (" · with your comment" if comment and action != "flag" else ""))
+    _ui.flash("toast", st.session_state["_last_said"])
 
 
 def _picked_codes(mention_id: int, terms: list[str]) -> dict[str, str]:
