@@ -16,7 +16,7 @@ served, the shipped one included). Auto-coding has its own page.
 import pandas as pd
 import streamlit as st
 
-from db import learning, services, suggest_jobs
+from db import encoder_jobs, learning, services, suggest_jobs
 from app_pages import _jobs, _ui
 from db import retrain
 from termnorm.demo import HISTORY_FROM
@@ -173,6 +173,54 @@ def _start() -> None:
     except JobBusy as e:
         _ui.flash("error", str(e))
 
+
+def _set_encoder(folder: str | None) -> None:
+    try:
+        with _ui.session() as s:
+            learning.set_pipeline_settings(s, ctx.vocabulary_id, {"dense": folder}, ctx.username)
+        _ui.flash("info", "The next fit uses this encoder." if folder else "The next fit has no encoder.")
+    except (PermissionError, ValueError) as e:
+        _ui.flash("error", f"Encoder not set: {e}")
+
+
+def _train_encoder() -> None:
+    try:
+        job = encoder_jobs.start_encoder_job(ctx.url, ctx.vocabulary_id, ctx.username, runner=runner)
+        _ui.flash("info", f"Encoder training started in the background (job {job}).")
+    except (JobBusy, PermissionError) as e:
+        _ui.flash("error", f"Encoder training not started: {e}")
+
+
+with _ui.session() as s:
+    encoder = learning.pipeline_settings(s, ctx.vocabulary_id)["dense"]
+served = ((((serving or {}).get("pairs") or {}).get("neural") or {}).get("dense") or {})
+with st.expander("Encoder for dense recall: " + ("set" if encoder else "none")):
+    try:
+        what = learning.describe_encoder(encoder) if encoder else ""
+    except ValueError as e:  # moved or deleted since it was set
+        what = f"⚠ {e}"
+    st.caption("A bi-encoder finds terms by meaning, not by shared words: one trained on this vocabulary's own names "
+               "and synonyms (`termnorm train recall --vocab FILE --data vocab --encoder e5-small --out DIR`, no coded "
+               "mention needed; about 30 minutes on 2 CPU cores) reaches terms no coder has used yet. The next fit "
+               "fits the ranker on its scores and serves with it, measured and gated like any fit.")
+    st.markdown(f"Set: `{encoder}` · {what}" if encoder else "Set: none.")
+    st.markdown("The version serving now: " + (f"with the encoder from `{served.get('origin') or served.get('from')}`"
+                                               if served else "no encoder."))
+    folder = st.text_input("Encoder folder (on the server)", value=encoder or "", key="dense_folder",
+                           placeholder="/srv/termnorm/encoders/synonyms")
+    c = st.columns(3)
+    c[0].button("Use at the next fit", key="dense_set", disabled=not folder.strip(),
+                on_click=_set_encoder, args=(folder.strip(),))
+    c[1].button("Fit without an encoder", key="dense_clear", disabled=not encoder, on_click=_set_encoder,
+                args=(None,))
+    n_syn = encoder_jobs.n_synonyms(ctx.url, ctx.vocabulary_id)
+    training_one = runner.active(kind=encoder_jobs.KIND, vocabulary_id=ctx.vocabulary_id) is not None
+    c[2].button("Train one on this vocabulary's synonyms", key="dense_train", disabled=not n_syn or training_one,
+                on_click=_train_encoder, help=f"{n_syn:,} synonyms, coders' included; in the background, at most 30 "
+                "minutes on 2 CPU cores; when it is done the next fit uses it" if n_syn else
+                "this vocabulary has no synonyms to learn from")
+    _jobs.panel(runner, "encoder_job", kind=encoder_jobs.KIND, vocabulary_id=ctx.vocabulary_id,
+                empty="No encoder trained here yet.")
 
 busy = runner.active(**JOBS) is not None
 st.button("Retrain now" if fitted else "Fit now", type="primary", disabled=busy, on_click=_start, key="retrain",

@@ -35,10 +35,12 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import threading
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -242,9 +244,11 @@ def assign_by_file(s: Session, vocabulary_id: int, sides: dict[int, str], userna
 PIPELINE_KEY = "pipeline:{}"
 #: What a fit of the vocabulary's pipeline uses when no fitted version says otherwise (db.retrain): the
 #: keyword lists' folder, the recall profile and candidate cut, the metric the output rule is chosen for, and
-#: whether the cold-start ranker's score is an input (termnorm.rank.prior).
+#: whether the cold-start ranker's score is an input (termnorm.rank.prior), and the bi-encoder folder of dense
+#: recall (``dense``: e.g. one trained on the vocabulary's synonyms, ``termnorm train recall --data vocab``; the
+#: next fit uses it, db.retrain.encoder_choice).
 PIPELINE_DEFAULTS = {"keyword_dir": None, "recall_profile": "wide", "max_candidates": None,
-                     "output_rule_metric": "accuracy", "prior": True}
+                     "output_rule_metric": "accuracy", "prior": True, "dense": None}
 
 
 def pipeline_settings(s: Session, vocabulary_id: int) -> dict:
@@ -257,10 +261,34 @@ def set_pipeline_settings(s: Session, vocabulary_id: int, settings: dict, userna
     unknown = set(settings) - set(PIPELINE_DEFAULTS)
     if unknown:
         raise ValueError(f"unknown pipeline setting {sorted(unknown)[0]!r}; expected {', '.join(PIPELINE_DEFAULTS)}")
+    if settings.get("dense"):
+        settings = dict(settings, dense=str(Path(settings["dense"]).expanduser().resolve()))
+        describe_encoder(settings["dense"])
     value = dict(pipeline_settings(s, vocabulary_id), **settings)
     services.put_setting(s, PIPELINE_KEY.format(vocabulary_id), value)
     accounts.audit(s, user, "set_pipeline_settings", "vocabulary", vocabulary_id, {"settings": value})
     s.commit()
+
+
+def describe_encoder(folder: str) -> str:
+    """What the bi-encoder folder ``folder`` holds, read from its files without loading it (the pages do not
+    import torch): a ``termnorm train recall`` output or model folder, or a cross-fitted one (``folds.json``).
+    ValueError naming the folder and what is missing."""
+    path = Path(folder)
+    if not path.is_dir():
+        raise ValueError(f"{folder}: no such folder")
+    if (path / "folds.json").is_file():
+        return f"cross-fitted bi-encoder, {len(json.loads((path / 'folds.json').read_text())['fold_of'])} mentions"
+    model = path if (path / "termnorm_biencoder.json").is_file() else path / "model"
+    if not (model / "termnorm_biencoder.json").is_file():
+        raise ValueError(f"{folder}: not a bi-encoder folder (no termnorm_biencoder.json in it or in model/): "
+                         "give the --out folder of `termnorm train recall` or its model/ folder")
+    run = model.parent / "config.json"
+    cfg = json.loads(run.read_text(encoding="utf-8")) if model != path or run.is_file() else {}
+    params = cfg.get("params") or {}
+    trained = ("the vocabulary's names and synonyms" if params.get("data") == "vocab" else
+               f"{cfg['n_train_mentions']:,} labelled mentions" if "n_train_mentions" in cfg else "unknown data")
+    return f"bi-encoder trained on {trained}"
 
 
 # ------------------------------------------------------------------------------------- the first fit

@@ -27,9 +27,11 @@ The lexical pipeline is refit by termnorm.refit (GBM pair scorer + count classif
 confidence calibration, termnorm.gbm_ranker) on K-fold recall candidates exactly
 like ``Engine.fit_lexical``, with the rows weighted as above. When the
 current version folder holds neural parts (``dense/``: a termnorm.dense
-BiEncoder; ``ranker/``: a termnorm.rank RankerModel) they are fine-tuned from
-their current weights with their own training functions and saved into the
-new version. The result is evaluated on the held-out ("gold") set,
+bi-encoder; ``ranker/``: a termnorm.rank ranker), the new version serves them too, and its ranker is fitted
+on their scores; cross-fitted ones are first fine-tuned from their current weights
+(termnorm.refit.retrain_neural). The vocabulary's pipeline setting ``dense`` (db.learning), when it names
+an encoder the serving version was not built from, gives the encoder instead (:func:`encoder_choice`).
+The result is evaluated on the held-out ("gold") set,
 registered (termnorm.registry) and promoted only if the gate passes against
 the model serving now -- the shipped model included, built as the app builds
 it (db.serving.build_engine) and measured on the same mentions with the same
@@ -216,7 +218,7 @@ class RetrainOptions:
     keyword_dir: str | None = None  # keyword lists; None: the current model's, or the vocabulary's pipeline setting
     alpha: float = ALPHA  # E-FN precision target (termnorm.refit)
     top_k: int = TOP_K_MINE  # top-k of the current model mined for hard negatives
-    neural: bool = True  # fine-tune the current version's neural parts when it has any
+    neural: bool = True  # fine-tune the current version's cross-fitted neural parts when it has any
     neural_budget_s: float = NEURAL_BUDGET_S  # seconds per neural part
     seed: int = 0
 
@@ -288,9 +290,22 @@ def _retrain(vocabulary_id, url, registry, gold, gate, base, current, opts: Retr
     # when neither changed (building it for a 10k-term vocabulary costs seconds)
     same = (current is not None and not data.synonyms and kw == current.keyword_dir
             and list(current.vocabulary.names) == list(vocab.names))
+    # the neural parts first (termnorm.refit.retrain_neural): the ranker below is fitted on the scores of the
+    # encoder and cross-encoder the new version will serve with
+    cur_folder = registry.path(parent) if parent else None
+    dense_from, origin = encoder_choice(settings.get("dense"), cur_rec if fitted else None)
+    parts, neural_report = {}, {}
+    if neural_parts(cur_folder) or dense_from:
+        t2 = time.perf_counter()
+        say(0.04, "neural parts: " + ", ".join(neural_parts(cur_folder) or ["the vocabulary's encoder"]))
+        parts, neural_report = retrain_neural(cur_folder, vocab, train, current.tagger if same else None,
+                                              neural_budget_s, fine_tune=neural, dense_from=dense_from)
+        secs["neural"] = round(time.perf_counter() - t2, 2)
+    if "dense" in neural_report:
+        neural_report["dense"]["origin"] = origin
     engine = Engine(vocab, history=train, keyword_dir=kw, split=split, tagger=current.tagger if same else None,
                     history_extras=getattr(current, "history_extras", ()), recall_profile=profile,
-                    max_candidates=max_candidates)
+                    max_candidates=max_candidates, dense=parts.get("dense"), ranker=parts.get("ranker"))
     engine.meta["output_rule_metric"] = (current.meta.get("output_rule_metric", "accuracy") if fitted
                                          else settings["output_rule_metric"])
     # the cold-start ranker's probability as one more input (termnorm.rank.prior): the first fits learn from a
@@ -308,14 +323,6 @@ def _retrain(vocabulary_id, url, registry, gold, gate, base, current, opts: Retr
                                 seed=seed, heldout_texts=data.new_texts if cur_rec else None,
                                 progress=lambda f, m: say(0.1 + 0.55 * f, m))
     secs["fit"] = round(time.perf_counter() - t1, 2)
-
-    writer, neural_report = None, {}
-    cur_folder = registry.path(parent) if parent else None
-    if neural and neural_parts(cur_folder):
-        t1 = time.perf_counter()
-        say(0.66, f"fine-tuning neural parts: {', '.join(neural_parts(cur_folder))}")
-        writer, neural_report = retrain_neural(cur_folder, vocab, train, engine.tagger, neural_budget_s)
-        secs["neural"] = round(time.perf_counter() - t1, 2)
 
     t1 = time.perf_counter()
     say(0.8, f"evaluating the new model on {len(data.gold)} held-out mentions")
@@ -343,11 +350,27 @@ def _retrain(vocabulary_id, url, registry, gold, gate, base, current, opts: Retr
     version = registry.register(engine, metrics, parent=parent, pairs=counts,
                                 train={"max_pair_id": data.max_pair_id, "max_labelled_id": data.max_labelled_id,
                                        "seconds": secs, "n_train": len(train),
-                                       "by": by}, gold_predictions=preds, extra_writer=writer)
+                                       "by": by}, gold_predictions=preds)
     gate = gate or Gate()
     res = registry.promote(version, gate, baseline=baseline, baseline_predictions=base_preds, by=by)
     say(1.0, res.summary())
     return RetrainResult(version, res.promoted, asdict(res), metrics, baseline, counts, secs, parent, engine)
+
+
+def encoder_choice(setting: str | None, current_record: dict | None) -> tuple[object, str | None]:
+    """Which bi-encoder the next version's dense recall uses, as ``(dense_from, origin)`` for
+    termnorm.refit.retrain_neural: the vocabulary's pipeline setting ``dense`` (an encoder folder) when the fitted
+    version serving now was not built from it (a first fit, a new setting); the serving version's own encoder,
+    fine-tuned or not, when it was (``None``: the version folder's); none (``False``) when the setting that
+    gave the serving version its encoder was cleared. ``origin`` is the setting the encoder came from, recorded
+    in the new version's counts (``neural.dense.origin``) for the next retraining to compare with."""
+    dense = (((current_record or {}).get("pairs") or {}).get("neural") or {}).get("dense") or {}
+    had = dense.get("origin")
+    if setting and setting != had:
+        return setting, setting
+    if not setting and had:
+        return False, None
+    return None, had
 
 
 def _serving_engine(url, vocabulary_id: int, version: str | None, root):
@@ -420,7 +443,7 @@ def main(argv=None) -> int:
     ap.add_argument("--vocabulary", required=True, help="vocabulary name in the database")
     ap.add_argument("--db", help="SQLAlchemy URL (default: $TERMNORM_DB_URL, else termnorm.sqlite3 in the data directory)")
     ap.add_argument("--margin", type=float, default=0.0, help="gate margin (default 0: not worse than current)")
-    ap.add_argument("--no-neural", action="store_true", help="do not fine-tune dense / ranker parts")
+    ap.add_argument("--no-neural", action="store_true", help="do not fine-tune cross-fitted dense / ranker parts")
     args = ap.parse_args(argv)
     with services.session_scope(args.db) as s:
         vid = services.vocabulary_id(s, args.vocabulary)

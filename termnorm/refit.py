@@ -16,8 +16,8 @@ the training signal says:
   Such candidates are likely unlabelled positives (synonyms, hyper/hyponyms)
   and are left out (weight 0) -- unless a coder confirmed them as negatives.
 
-``retrain_neural`` fine-tunes the neural parts of a version folder (``dense/``:
-a termnorm.dense BiEncoder; ``ranker/``: a termnorm.rank RankerModel) from
+``retrain_neural`` gives the neural parts of the next version (``dense/``:
+a termnorm.dense bi-encoder; ``ranker/``: a termnorm.rank ranker), the cross-fitted ones fine-tuned from
 their current weights; ``evaluate_on_gold`` measures an engine on held-out
 mentions without answering them from its coded history.
 
@@ -337,43 +337,57 @@ def _fine_tune(model, train: list[LabelledMention], budget_s, fit) -> dict:
                       for k, sub in enumerate(model.models)]}
 
 
-def retrain_neural(current_folder: Path, vocabulary, train: list[LabelledMention], tagger=None,
-                   budget_s: float = NEURAL_BUDGET_S, progress: bool = False):
-    """Fine-tune the neural parts found in ``current_folder`` from their current weights.
+def retrain_neural(current_folder: Path | None, vocabulary, train: list[LabelledMention], tagger=None,
+                   budget_s: float = NEURAL_BUDGET_S, progress: bool = False, fine_tune: bool = True,
+                   dense_from=None) -> tuple[dict, dict]:
+    """The neural parts the next version serves, made before its ranker is fitted so that the GBM learns the
+    scores of the parts that will serve: those of ``current_folder`` (``dense/``: a termnorm.dense bi-encoder;
+    ``ranker/``: a termnorm.rank ranker) and, where it has no encoder, the encoder folder ``dense_from`` (a
+    vocabulary's pipeline setting, e.g. one trained on its synonyms: ``termnorm train recall --data vocab``),
+    which replaces the folder's own encoder when given; ``dense_from=False``: no encoder.
 
-    ``dense/`` -> termnorm.dense.train_biencoder (approach D's NCE with its own
-    E-FN), ``ranker/`` -> termnorm.rank.train_ranker on the lexical union's
-    candidates. Returns ``(writer(folder), report)``: the writer saves the
-    fine-tuned parts into a new version folder (pass it to Registry.register).
+    With ``fine_tune`` a cross-fitted part (termnorm.rank.crossfit) learns from ``train`` fold by fold from its
+    current weights, each fold model without its own fold (``dense/`` by termnorm.dense.train_biencoder, approach
+    D's NCE; ``ranker/`` by termnorm.rank.train_ranker on the lexical union's candidates). A single model is kept
+    as it is: fine-tuned on the coded mentions, it would score its own training mentions when the ranker is
+    fitted over its scores, and the ranker would learn to trust it more than it deserves on new mentions.
+    Returns ``(parts, report)``: ``parts`` holds ``"dense"`` / ``"ranker"`` for ``Engine(dense=, ranker=)``.
     """
+    from termnorm.rank.crossfit import CrossFit
+
     parts, report = {}, {}
-    if (current_folder / "dense").is_dir():
+    folder = Path(current_folder) if current_folder is not None else None
+    dense_dir = dense_from if dense_from is not None else (
+        folder / "dense" if folder is not None and (folder / "dense").is_dir() else None)
+    if dense_dir:
         from termnorm.dense import train_biencoder
         from termnorm.dense.crossfit import load_dense
 
-        enc = load_dense(current_folder / "dense")
-        report["dense"] = _fine_tune(enc, train, budget_s, lambda sub, items, budget: (
-            train_biencoder(sub, vocabulary, items, objective="nce", epochs=1, time_budget_s=budget,
-                            progress=progress)))
-        report["dense"]["device"] = str(enc.device)
-        parts["dense"] = enc
-    if (current_folder / "ranker").is_dir():
+        enc = parts["dense"] = load_dense(dense_dir)
+        report["dense"] = {"from": str(dense_dir), "device": str(enc.device)}
+        if fine_tune and isinstance(enc, CrossFit):
+            report["dense"].update(_fine_tune(enc, train, budget_s, lambda sub, items, budget: (
+                train_biencoder(sub, vocabulary, items, objective="nce", epochs=1, time_budget_s=budget,
+                                progress=progress))))
+        else:
+            report["dense"]["kept"] = _KEPT if fine_tune else "fine-tuning off"
+    if folder is not None and (folder / "ranker").is_dir():
         from termnorm.rank import train_ranker
         from termnorm.rank.crossfit import load_ranker
         from termnorm.rank.train import recall_candidates_fn
 
-        model = load_ranker(current_folder / "ranker", tagger=tagger)
-        fn = recall_candidates_fn(vocabulary)
-        report["ranker"] = _fine_tune(model, train, budget_s, lambda sub, items, budget: (
-            train_ranker(sub, vocabulary, items, fn, epochs=1, time_budget_s=budget, progress=progress)))
-        report["ranker"]["device"] = str(model.device)
-        parts["ranker"] = model
+        model = parts["ranker"] = load_ranker(folder / "ranker", tagger=tagger)
+        report["ranker"] = {"from": str(folder / "ranker"), "device": str(model.device)}
+        if fine_tune and isinstance(model, CrossFit):
+            fn = recall_candidates_fn(vocabulary)
+            report["ranker"].update(_fine_tune(model, train, budget_s, lambda sub, items, budget: (
+                train_ranker(sub, vocabulary, items, fn, epochs=1, time_budget_s=budget, progress=progress))))
+        else:
+            report["ranker"]["kept"] = _KEPT if fine_tune else "fine-tuning off"
+    return parts, report
 
-    def writer(folder: Path) -> None:
-        for name, part in parts.items():
-            part.save(Path(folder) / name)
 
-    return writer, report
+_KEPT = "a single model, not cross-fitted: kept as it is (fine-tuned on the coded mentions it would score them)"
 
 
 def jsonable(d: dict) -> dict:

@@ -500,8 +500,8 @@ def test_app_retraining_fine_tunes_a_cross_fitted_encoder_fold_by_fold(tiny_dir,
     enc = CrossFitBiEncoder([fresh(tiny_dir), fresh(tiny_dir)],
                             {normalize(m.text): fold_of_text(m.text, 2) for m in old})
     enc.save(tmp_path / "v1" / "dense")
-    writer, report = retrain_neural(tmp_path / "v1", vocab, old + new, budget_s=None)
-    writer(tmp_path / "v2")
+    parts, report = retrain_neural(tmp_path / "v1", vocab, old + new, budget_s=None)
+    parts["dense"].save(tmp_path / "v2" / "dense")
     before, after = load_dense(tmp_path / "v1" / "dense", "cpu"), load_dense(tmp_path / "v2" / "dense", "cpu")
     assert isinstance(after, CrossFitBiEncoder)
     assert after.fold_of == {normalize(m.text): fold_of_text(m.text, 2) for m in old + new}

@@ -18,7 +18,7 @@ from termnorm import refit as F
 from termnorm.engine import Engine, demo_mentions, demo_vocabulary
 from termnorm.gate import MIN_GATE_MENTIONS, Gate
 from termnorm.jobs import JobRunner
-from termnorm.records import Candidate
+from termnorm.records import Candidate, LabelledMention
 from termnorm.registry import Registry
 
 REPO = Path(__file__).resolve().parents[1]
@@ -342,3 +342,133 @@ def test_a_first_fit_takes_the_vocabularys_pipeline_settings(tmp_path):
         assert R.retrain(vid, url=url, registry=reg2, gate=Gate(min_n=10), neural=False).engine.prior is None
     finally:
         S.dispose(url)
+
+
+def test_the_vocabularys_encoder_serves_in_the_version_its_ranker_was_fitted_for(world, tmp_path, monkeypatch):
+    """A lead sets the vocabulary's bi-encoder on the Training page (pipeline setting ``dense``: e.g. one trained
+    on its synonyms; a folder that is not one is refused in words); the
+    next retraining fits the ranker on that encoder's scores and registers a version that serves with it: the
+    version loaded from the registry answers the held-out mentions exactly as the one that was measured. The next
+    retraining keeps the version's encoder (a single one, not fine-tuned); clearing the setting drops it."""
+    from termnorm.dense import BiEncoder
+    from termnorm.encoder.tiny import make_tiny_encoder
+
+    reg, url, vid = world["reg"], world["url"], world["vid"]
+    vocab = demo_vocabulary("procedures")
+    texts = vocab.names + [m.text for m in demo_mentions("procedures")]
+    BiEncoder.from_folder(make_tiny_encoder(tmp_path / "bert", texts, hidden=32, layers=2),
+                          device="cpu").save(tmp_path / "enc")
+    with S.session_scope(url) as s:
+        S.ensure_user(s, "lead1", role="lead")
+        with pytest.raises(PermissionError):
+            learning.set_pipeline_settings(s, vid, {"dense": str(tmp_path / "enc")}, "coder")
+    monkeypatch.setenv("TERMNORM_AUTH", "off")
+    monkeypatch.setenv("TERMNORM_MODELS", str(reg.root))
+    at = AppTest.from_file(str(REPO / "app_pages" / "training.py"), default_timeout=60)
+    at.session_state["username"] = "lead1"
+    at.session_state["vocabulary_id"] = vid
+    at.run()
+
+    def use(folder):  # the lead types a folder into the Training page's encoder box
+        at.text_input(key="dense_folder").set_value(folder)
+        at.run()
+        at.button(key="dense_set").click()
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        return " ".join(e.value for e in at.error).replace("\\", "")  # markdown escapes
+
+    assert "not a bi-encoder folder" in use(str(tmp_path / "bert")) and "no such folder" in use("/nowhere/enc")
+    with S.session_scope(url) as s:
+        assert learning.pipeline_settings(s, vid)["dense"] is None
+    assert use(str(tmp_path / "enc")) == ""
+    with S.session_scope(url) as s:
+        assert learning.pipeline_settings(s, vid)["dense"] == str(tmp_path / "enc")
+    shown = " ".join(m.value for m in at.markdown)
+    assert f"Set: `{tmp_path / 'enc'}` · bi-encoder trained on unknown data" in shown
+    assert "The version serving now: no encoder." in shown
+
+    res = R.retrain(vid, url=url, registry=reg, gate=Gate(margin=1.0), neural=True)
+    dense = res.counts["neural"]["dense"]
+    assert dense["origin"] == dense["from"] == str(tmp_path / "enc") and "kept as it is" in dense["kept"]
+    assert res.engine.dense is not None and "dense" in res.engine.lexranker.featurizer.score_keys
+    folder = reg.path(res.version)
+    assert (folder / "dense").is_dir() and (folder / "index" / "vocabulary" / "index.json").is_file()
+    served = reg.load(res.version)
+    assert served.dense is not None
+    measured = reg.gold_predictions(res.version)  # the held-out mentions the retraining measured it on
+    assert len(measured) == res.metrics["n"] > 0
+    again, preds = F.evaluate_on_gold(served, [LabelledMention(p["mention"], p["gold"]) for p in measured])
+    assert [p["chosen"] for p in preds] == [p["chosen"] for p in measured]
+    assert again["accuracy"] == res.metrics["accuracy"]
+    assert any(c.scores.get("dense", 0) > 0 for c in served.suggest(measured[0]["mention"]).candidates)
+
+    reg.promote(res.version, force=True)
+    at.run()
+    assert f"The version serving now: with the encoder from `{tmp_path / 'enc'}`" in " ".join(
+        m.value for m in at.markdown)
+    res2 = R.retrain(vid, url=url, registry=reg, gate=Gate(margin=1.0))
+    assert res2.counts["neural"]["dense"]["from"] == str(folder / "dense")
+    assert res2.counts["neural"]["dense"]["origin"] == str(tmp_path / "enc")
+    assert res2.engine.dense is not None and "dense" in res2.engine.lexranker.featurizer.score_keys
+    reg.promote(res2.version, force=True)
+    at.button(key="dense_clear").click()
+    at.run()
+    with S.session_scope(url) as s:
+        assert learning.pipeline_settings(s, vid)["dense"] is None
+    res3 = R.retrain(vid, url=url, registry=reg, gate=Gate(margin=1.0))
+    assert res3.engine.dense is None and "dense" not in res3.counts.get("neural", {})
+    assert not (reg.path(res3.version) / "dense").exists()
+
+
+def test_a_lead_trains_the_vocabularys_encoder_in_the_background_and_the_next_fit_takes_it(world, tmp_path,
+                                                                                           monkeypatch):
+    """The Training page's "Train one on this vocabulary's synonyms": a background job writes the vocabulary as
+    the database holds it (the coder's synonym included) and trains on it with `termnorm train recall --data
+    vocab`; when it is done the vocabulary's encoder setting names its folder. A second start while it runs is
+    refused; a coder cannot start one."""
+    from db import encoder_jobs as E
+    from termnorm.encoder.tiny import make_tiny_encoder
+    from termnorm.jobs import JobBusy
+    from termnorm.loaders import load_vocabulary
+
+    url, vid = world["url"], world["vid"]
+    monkeypatch.setenv("TERMNORM_DATA_DIR", str(tmp_path / "data"))
+    with S.session_scope(url) as s:
+        S.ensure_user(s, "lead1", role="lead")
+        vocab = S.vocabulary_from_db(s, vid)
+    n_syn = sum(len(v) for v in vocab.synonyms.values())
+    assert E.n_synonyms(url, vid) == n_syn and "某个新的同义词" in {x for v in vocab.synonyms.values()
+                                                                 for x in v}
+    tiny = make_tiny_encoder(tmp_path / "bert", vocab.names + [x for v in vocab.synonyms.values() for x in v])
+    runner = JobRunner()
+    with pytest.raises(PermissionError):
+        E.start_encoder_job(url, vid, "coder", encoder=str(tiny), runner=runner)
+    job = E.start_encoder_job(url, vid, "lead1", encoder=str(tiny), runner=runner,
+                              extra=("--max-steps", "3", "--batch-size", "8", "--train-top", "1"))
+    with pytest.raises(JobBusy):
+        E.start_encoder_job(url, vid, "lead1", encoder=str(tiny), runner=runner)
+    st = runner.wait(job, timeout=300)
+    assert st["state"] == "done", (st, runner.log(job))
+    out = Path(st["metrics"]["encoder"])
+    assert out.parent.parent == tmp_path / "data" / "encoders" and (out / "model" / "delta.safetensors").is_file()
+    back = load_vocabulary(out.parent / "vocabulary.csv")  # the vocabulary it learnt from is the database's
+    assert back.names == vocab.names and back.synonyms == vocab.synonyms and back.codes == vocab.codes
+    with S.session_scope(url) as s:
+        assert learning.pipeline_settings(s, vid)["dense"] == str(out)
+    assert learning.describe_encoder(str(out)) == "bi-encoder trained on the vocabulary's names and synonyms"
+
+    monkeypatch.setenv("TERMNORM_AUTH", "off")
+    monkeypatch.setenv("TERMNORM_MODELS", str(world["reg"].root))
+    at = AppTest.from_file(str(REPO / "app_pages" / "training.py"), default_timeout=60)
+    at.session_state["username"] = "lead1"
+    at.session_state["vocabulary_id"] = vid
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert f"Set: `{out}` · bi-encoder trained on the vocabulary's names and synonyms" in " ".join(
+        m.value for m in at.markdown)
+    assert not at.button(key="dense_train").disabled
+    at.button(key="dense_train").click()  # the page's own start: e5-small, the 30-minute recipe
+    at.run()
+    started = runner.latest(kind=E.KIND, vocabulary_id=vid)
+    assert started["id"] != job and any("started in the background" in t.value for t in at.toast)
+    assert runner.cancel(started["id"])["state"] in ("cancelled", "failed")
