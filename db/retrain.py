@@ -297,7 +297,7 @@ def _retrain(vocabulary_id, url, registry, gold, gate, base, current, opts: Retr
     parts, neural_report = {}, {}
     if neural_parts(cur_folder) or dense_from:
         t2 = time.perf_counter()
-        say(0.04, "neural parts: " + ", ".join(neural_parts(cur_folder) or ["the vocabulary's encoder"]))
+        say(0.07, "neural parts: " + ", ".join(neural_parts(cur_folder) or ["the vocabulary's encoder"]))
         parts, neural_report = retrain_neural(cur_folder, vocab, train, current.tagger if same else None,
                                               neural_budget_s, fine_tune=neural, dense_from=dense_from)
         secs["neural"] = round(time.perf_counter() - t2, 2)
