@@ -21,6 +21,7 @@ from db import auth, serving, services
 from db.engine_holder import DEMO_SETS as DEMO_SETS, DEMO_USER as DEMO_USER  # noqa: F401 - re-exported for pages
 from db.engine_holder import PREPARE_AHEAD as PREPARE_AHEAD, EngineHolder as EngineHolder  # noqa: F401
 from db.engine_holder import DEMO_VOCABULARIES, build_holder as build_holder, seed_demo as seed_demo  # noqa: F401
+from db.engine_holder import ServingSwitch
 from db.engine_holder import prepare_in_background as prepare_in_background  # noqa: F401
 from app_pages._markup import CSS as CSS, candidate_table_html as candidate_table_html  # noqa: F401 - the pages' markup
 from app_pages._markup import code_cell as code_cell, compare_keywords as compare_keywords  # noqa: F401
@@ -107,24 +108,27 @@ def current_model_version(url: str, vocabulary_id: int) -> str | None:
     return serving.serving_version(url, vocabulary_id)
 
 
-# bounded: every promotion, edition or withdrawn history makes a new key, and an engine holds its vocabulary's index
-@st.cache_resource(show_spinner="Loading the engine for this vocabulary…", max_entries=12)
-def engine_holder(url: str, vocabulary_id: int, version: str | None = None, edition: int | None = None,
-                  history_epoch: int = 0) -> EngineHolder:
-    """Cached per (vocabulary, serving version, edition, history epoch): a change of any gives a new engine."""
-    return build_holder(url, vocabulary_id, version, edition)
-
-
 def current_edition(url: str, vocabulary_id: int) -> int | None:
     return serving.edition(url, vocabulary_id)
 
 
+# one per vocabulary; the switch holds one engine at a time (two while a newly promoted one is built)
+@st.cache_resource(show_spinner=False, max_entries=12)
+def serving_switch(url: str, vocabulary_id: int) -> ServingSwitch:
+    return ServingSwitch(url, vocabulary_id)
+
+
 def serving_holder(url: str, vocabulary_id: int) -> EngineHolder:
-    """The engine every page uses for a vocabulary: the promoted model version on the edition in force (a
-    promotion, rollback, new edition or withdrawn history gives a new cache key, so every page moves to it at
-    its next run)."""
-    return engine_holder(url, vocabulary_id, current_model_version(url, vocabulary_id),
-                         current_edition(url, vocabulary_id), serving.history_epoch(url, vocabulary_id))
+    """The engine every page uses for a vocabulary: the promoted model version on the edition in force. A
+    promotion or rollback reaches every page once its engine is built in the background (the version before
+    serves meanwhile: db.engine_holder.ServingSwitch); a new edition or withdrawn history at the next run."""
+    key = (current_model_version(url, vocabulary_id), current_edition(url, vocabulary_id),
+           serving.history_epoch(url, vocabulary_id))
+    switch = serving_switch(url, vocabulary_id)
+    if switch.holder is None or tuple(key[1:]) != tuple(switch.key[1:]):
+        with st.spinner("Loading the engine for this vocabulary…"):
+            return switch.get(key)
+    return switch.get(key)
 
 
 # ---------------------------------------------------------------------------------- shared state

@@ -198,6 +198,55 @@ def build_holder(url: str, vocabulary_id: int, version: str | None = None, editi
     return holder
 
 
+class ServingSwitch:
+    """The engine a vocabulary is served by, moved to a newly promoted version without making coders wait.
+
+    A promotion or rollback changes the serving version: its engine is built in a background thread (loading a
+    version with an encoder takes 10 to 25 s on MEDIC) while the engine before it goes on serving, then put in
+    its place with what coders taught meanwhile caught up from the database (:func:`db.serving.catch_up`). A new
+    edition or withdrawn history (a lead sent decisions back) is built at once, the caller waiting: the engine
+    before would suggest retired terms or answer from the withdrawn decisions. ``key`` is (serving version,
+    edition, history epoch), as the pages read them from the database.
+    """
+
+    def __init__(self, url: str, vocabulary_id: int):
+        self.url, self.vocabulary_id = url, vocabulary_id
+        self.key: tuple | None = None
+        self.holder: EngineHolder | None = None
+        self.pending: tuple | None = None  # the key being built in the background
+        self.failed: str = ""  # why the last background build failed (it is tried again at the next get)
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple) -> EngineHolder:
+        with self._lock:
+            if key == self.key:
+                return self.holder
+            if self.holder is None or tuple(key[1:]) != tuple(self.key[1:]):
+                self.holder = build_holder(self.url, self.vocabulary_id, key[0], key[1])
+                self.key, self.pending = key, None
+                return self.holder
+            if self.pending != key:
+                self.pending = key
+                threading.Thread(target=self._build, args=(key,), name="termnorm-switch", daemon=True).start()
+            return self.holder
+
+    def _build(self, key: tuple) -> None:
+        try:
+            holder = build_holder(self.url, self.vocabulary_id, key[0], key[1])
+        except Exception as e:  # noqa: BLE001 - logged; the version before keeps serving, the next get tries again
+            logging.getLogger(__name__).exception("building the engine of %s failed", key[0])
+            with self._lock:
+                self.failed, self.pending = f"{key[0]}: {e}", None
+            return
+        with self._lock:
+            if self.pending != key:  # another change came meanwhile: its own build replaces this one
+                return
+            with holder.lock:
+                for text in serving.catch_up(holder.engine, self.url, self.vocabulary_id):
+                    holder._learnt(text)
+            self.holder, self.key, self.pending, self.failed = holder, key, None, ""
+
+
 def prepare_in_background(holder: EngineHolder, url: str, batch_id: int, current_id: int, n: int) -> threading.Thread:
     """:meth:`EngineHolder.prepare` in a daemon thread with a session of its own (no Streamlit call inside);
     a failure only means the next suggestion is computed when it is shown."""

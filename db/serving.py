@@ -109,14 +109,37 @@ def build_engine(url: str | None, vocabulary_id: int, version: str | None = None
     if engine is None:
         engine = shipped_engine(vocab, history)
     else:
-        known = {normalize(m.text): list(m.terms) for m in engine.history}  # stored as read in their notes
-        for m in history:
-            read = reading.in_document(engine, m.text, m.document)
-            if known.get(normalize(read)) != list(m.terms):
-                engine.add_coded_mention(read, m.terms, written=m.text if read != m.text else "")
+        learn_history(engine, history)
     for term, syn in synonyms:  # already in the vocabulary; this also puts them in the sieve
         if term in engine.vocabulary:
             engine.add_synonym(term, syn)
     engine.use_demo_abbreviations()  # the built-in list (assets/demo/abbreviations.json) for a Chinese vocabulary
     engine.add_abbreviations(abbreviations.for_engine(url, vocabulary_id))  # taught by coders (Vocabulary page)
     return engine
+
+
+def learn_history(engine: Engine, history) -> list[str]:
+    """Teach ``engine`` the coded mentions of ``history`` it does not answer as coded yet; the texts taught."""
+    known = {normalize(m.text): list(m.terms) for m in engine.history}  # stored as read in their notes
+    taught = []
+    for m in history:
+        read = reading.in_document(engine, m.text, m.document)
+        if known.get(normalize(read)) != list(m.terms):
+            engine.add_coded_mention(read, m.terms, written=m.text if read != m.text else "")
+            taught.append(m.text)
+    return taught
+
+
+def catch_up(engine: Engine, url: str | None, vocabulary_id: int) -> list[str]:
+    """What coders taught while ``engine`` was being built (decisions, synonyms, abbreviations), from the
+    database; the mention texts and synonyms it learnt."""
+    with services.session_scope(url) as s:
+        history = services.coded_mentions(s, vocabulary_id)
+        synonyms = services.user_synonyms(s, vocabulary_id)
+    taught = learn_history(engine, history)
+    for term, syn in synonyms:
+        if term in engine.vocabulary and syn not in engine.vocabulary.synonyms.get(term, []):
+            engine.add_synonym(term, syn)
+            taught.append(syn)
+    engine.add_abbreviations(abbreviations.for_engine(url, vocabulary_id))
+    return taught

@@ -442,7 +442,7 @@ def test_restart_resumes_at_next_undecided_mention(db_url):
     # the rebuilt engine was fed the coded mentions: the corrected one now gets the coder's term
     from app_pages import _ui
 
-    holder = _ui.engine_holder(db_url, at2.session_state["vocabulary_id"])
+    holder = _ui.serving_holder(db_url, at2.session_state["vocabulary_id"])
     assert holder.engine.suggest(latest(db_url, second)["text"]).chosen == [other]
 
 

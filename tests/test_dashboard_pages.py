@@ -446,7 +446,7 @@ def test_imported_gold_left_out_by_the_toggle_is_said_so_not_no_gold(world):
     had scored 400 of them)."""
     from termnorm.records import LabelledMention
 
-    engine = _ui.engine_holder(world["url"], world["vocabulary_id"]).engine
+    engine = _ui.serving_holder(world["url"], world["vocabulary_id"]).engine
     with services.session_scope(world["url"]) as s:
         services.create_batch(s, "labelled", world["vocabulary_id"],
                               [LabelledMention(f"甲状腺手术{i}", [engine.vocabulary.names[0]]) for i in range(3)])
@@ -505,7 +505,7 @@ def test_end_to_end_gold_task_of_30_demo_mentions(world, monkeypatch):
 
     # 2. two annotators (function level): li gives the demo gold terms; wang differs on every 4th mention,
     #    answering with the first term of the vocabulary that is not in the gold set
-    vocab_names = _ui.engine_holder(url, world["vocabulary_id"]).engine.vocabulary.names
+    vocab_names = _ui.serving_holder(url, world["vocabulary_id"]).engine.vocabulary.names
     mids = [m["mention_id"] for m in queue]
     li = [demo[m["text"]] for m in queue]
     wang = [g if i % 4 else [next(n for n in vocab_names if n not in g)] for i, g in enumerate(li)]
@@ -535,7 +535,7 @@ def test_end_to_end_gold_task_of_30_demo_mentions(world, monkeypatch):
     # 4. the dashboard: κ at once; accuracy after scoring the current engine on the new gold set
     at = page_as("lead1", "dashboards.py", vocabulary_id=world["vocabulary_id"])
     assert metric(at, "Annotator κ") == f"{kappa:.3f}" and delta(at, "Annotator κ") == "demo gold"
-    version = _ui.engine_holder(url, world["vocabulary_id"]).engine.model_version
+    version = _ui.serving_holder(url, world["vocabulary_id"]).engine.model_version
     with services.session_scope(url) as s:
         assert len(dashboard_data.unscored_gold(s, version, world["vocabulary_id"])) == 30
     assert metric(at, "Gold accuracy") == "—"
