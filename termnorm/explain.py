@@ -13,6 +13,8 @@ they choose (:func:`dropped`), so the candidate table does not mark a term as la
 
 from __future__ import annotations
 
+import re
+
 import threading
 from collections import Counter
 
@@ -142,6 +144,29 @@ def _common_runs(a: str, b: str, shortest: int = 2) -> list[tuple[int, int]]:
     return sorted(((m.b, m.size) for m in blocks if m.size >= shortest), key=lambda r: -r[1])
 
 
+_LATIN_WORD = re.compile(r"[a-z0-9]+")
+
+
+def _word_char(c: str) -> bool:
+    return c.isascii() and c.isalnum()
+
+
+def _whole_words(norm: str, at: int, end: int) -> tuple[int, int]:
+    """The run ``norm[at:end]`` without a Latin word cut at either end (a user test read "shares e Deficiency",
+    "shares uco" on MEDIC); Chinese runs are kept, any character being a word there."""
+    if 0 < at < end and _word_char(norm[at - 1]) and _word_char(norm[at]):
+        while at < end and _word_char(norm[at]):
+            at += 1
+    if at < end < len(norm) and _word_char(norm[end]) and _word_char(norm[end - 1]):
+        while end > at and _word_char(norm[end - 1]):
+            end -= 1
+    while at < end and norm[at] in " -,/":
+        at += 1
+    while end > at and norm[end - 1] in " -,/":
+        end -= 1
+    return at, end
+
+
 def _shared(engine, text: str, read_spans, term: str) -> list[str]:
     """What the name shares with the mention: runs of text of three characters or more, or of two holding a
     keyword of both (as the term writes them), then shared keywords inside no run; and the learned rewrites
@@ -162,9 +187,15 @@ def _shared(engine, text: str, read_spans, term: str) -> list[str]:
                     at = sp.end
                 if sp.start < end < sp.end and 2 * (end - sp.start) <= sp.end - sp.start:
                     end = sp.start
+        at, end = _whole_words(norm, at, end)
         run = norm[at:end]
         if len(run) >= 3 or (len(run) >= 2 and any(k in run for k in both)):
             words.append(shown[at:end])
+    # Latin words shared out of order too (Anemia, Hemolytic, Congenital Nonspherocytic for "nonspherocytic
+    # hemolytic anemia": one alignment of runs finds one of the three)
+    have, taken = set(_LATIN_WORD.findall(text)), {x for w in words for x in _LATIN_WORD.findall(normalize(w))}
+    words += [shown[m.start():m.end()] for m in _LATIN_WORD.finditer(norm)
+              if len(m.group()) >= 3 and m.group() in have and m.group() not in taken]
     words += [k for k in both if len(k) >= 2 and not any(k in normalize(w) for w in words)]
     out = ["shares " + ", ".join(words[:SHARED_SHOWN])] if words else []
     covered = {normalize(w) for w in words}

@@ -138,3 +138,21 @@ def test_a_rewrite_is_named_only_between_words_of_two_characters_or_more(tmp_pat
                            eng.tag("甲状腺肿物切除术"))[0]
     assert "learned: 肿物 → 病损" in why, why
     services.dispose(url)
+
+
+def test_english_names_share_whole_words_in_any_order():
+    """A user test on MEDIC read "shares e Deficiency", "shares ogen, ase", "shares uco": runs of letters cut
+    inside words. An English name shares whole words, those the mention has in another order included."""
+    from termnorm.vocabulary import Vocabulary
+
+    vocab = Vocabulary(name="medic-excerpt")
+    for i, name in enumerate(["Glucosephosphate Dehydrogenase Deficiency", "Complement Component 6 Deficiency",
+                              "Anemia, Hemolytic, Congenital Nonspherocytic", "Hemolytic anemia"]):
+        vocab.add_term(name, [f"D{i:06d}"])
+    eng = Engine(vocab)
+    why, _ = _why(eng, "glucose-6-phosphate dehydrogenase deficiency")
+    assert why["Glucosephosphate Dehydrogenase Deficiency"] == ["shares Dehydrogenase Deficiency"]
+    assert why["Complement Component 6 Deficiency"] == ["shares Deficiency"]
+    why, _ = _why(eng, "chronic nonspherocytic hemolytic anemia")
+    assert why["Anemia, Hemolytic, Congenital Nonspherocytic"] == ["shares Nonspherocytic, Anemia, Hemolytic"]
+    assert why["Hemolytic anemia"] == ["shares Hemolytic anemia"]
