@@ -174,39 +174,52 @@ def _start() -> None:
         _ui.flash("error", str(e))
 
 
+ENCODER_SAID = "_encoder_said"  # the panel's last message, shown inside it (a user test missed one at the top)
+
+
 def _set_encoder(folder: str | None) -> None:
     try:
+        if folder and not folder.startswith("/"):  # relative to where the server started, which a lead cannot know
+            raise ValueError(f"{folder}: give the full path of the folder on the server, starting with /")
         with _ui.session() as s:
             learning.set_pipeline_settings(s, ctx.vocabulary_id, {"dense": folder}, ctx.username)
-        _ui.flash("info", "The next fit uses this encoder." if folder else "The next fit has no encoder.")
+        st.session_state[ENCODER_SAID] = ("success", "The next fit uses this encoder." if folder else
+                                          "The next fit has no encoder.")
     except (PermissionError, ValueError) as e:
-        _ui.flash("error", f"Encoder not set: {e}")
+        st.session_state[ENCODER_SAID] = ("error", f"Encoder not set: {e}")
 
 
 def _train_encoder() -> None:
     try:
         job = encoder_jobs.start_encoder_job(ctx.url, ctx.vocabulary_id, ctx.username, runner=runner)
-        _ui.flash("info", f"Encoder training started in the background (job {job}).")
+        st.session_state[ENCODER_SAID] = ("success", f"Encoder training started in the background (job {job}).")
     except (JobBusy, PermissionError) as e:
-        _ui.flash("error", f"Encoder training not started: {e}")
+        st.session_state[ENCODER_SAID] = ("error", f"Encoder training not started: {e}")
 
 
 with _ui.session() as s:
     encoder = learning.pipeline_settings(s, ctx.vocabulary_id)["dense"]
 served = ((((serving or {}).get("pairs") or {}).get("neural") or {}).get("dense") or {})
-with st.expander("Encoder for dense recall: " + ("set" if encoder else "none")):
+training_one = runner.active(kind=encoder_jobs.KIND, vocabulary_id=ctx.vocabulary_id) is not None
+said = st.session_state.pop(ENCODER_SAID, None)
+with st.expander("Encoder for dense recall: " + ("set" if encoder else "none") + (" · training one" if training_one
+                                                                                  else ""), expanded=bool(said)):
+    if said:
+        (st.error if said[0] == "error" else st.success)(_ui.md(said[1]))
     try:
         what = learning.describe_encoder(encoder) if encoder else ""
     except ValueError as e:  # moved or deleted since it was set
         what = f"⚠ {e}"
     st.caption("A bi-encoder finds terms by meaning, not by shared words: one trained on this vocabulary's own names "
-               "and synonyms (`termnorm train recall --vocab FILE --data vocab --encoder e5-small --out DIR`, no coded "
-               "mention needed; about 30 minutes on 2 CPU cores) reaches terms no coder has used yet. The next fit "
-               "fits the ranker on its scores and serves with it, measured and gated like any fit.")
+               "and synonyms, no coded mention needed, reaches terms no coder has used yet. The button below runs "
+               f"`termnorm train recall --vocab FILE --encoder e5-small {' '.join(encoder_jobs.RECIPE)} --max-seconds "
+               f"{encoder_jobs.MAX_SECONDS:.0f} --out DIR` on the vocabulary as the database holds it (at most 30 "
+               "minutes on 2 CPU cores); a data team may run it, or another recipe, and give the folder here. The "
+               "next fit fits the ranker on the encoder's scores and serves with it, measured and gated like any fit.")
     st.markdown(f"Set: `{encoder}` · {what}" if encoder else "Set: none.")
     st.markdown("The version serving now: " + (f"with the encoder from `{served.get('origin') or served.get('from')}`"
                                                if served else "no encoder."))
-    folder = st.text_input("Encoder folder (on the server)", value=encoder or "", key="dense_folder",
+    folder = st.text_input("Encoder folder (its full path on the server)", value=encoder or "", key="dense_folder",
                            placeholder="/srv/termnorm/encoders/synonyms")
     c = st.columns(3)
     c[0].button("Use at the next fit", key="dense_set", disabled=not folder.strip(),
@@ -214,7 +227,6 @@ with st.expander("Encoder for dense recall: " + ("set" if encoder else "none")):
     c[1].button("Fit without an encoder", key="dense_clear", disabled=not encoder, on_click=_set_encoder,
                 args=(None,))
     n_syn = encoder_jobs.n_synonyms(ctx.url, ctx.vocabulary_id)
-    training_one = runner.active(kind=encoder_jobs.KIND, vocabulary_id=ctx.vocabulary_id) is not None
     c[2].button("Train one on this vocabulary's synonyms", key="dense_train", disabled=not n_syn or training_one,
                 on_click=_train_encoder, help=f"{n_syn:,} synonyms, coders' included; in the background, at most 30 "
                 "minutes on 2 CPU cores; when it is done the next fit uses it" if n_syn else
@@ -241,7 +253,8 @@ def _verdict(gate: dict) -> str:
 def job_panel() -> None:
     job = runner.latest(**JOBS)
     if job is None:
-        st.caption("No fit or retraining job has run for this vocabulary yet.")
+        st.caption("No fit or retraining job has run from the app for this vocabulary yet" + (
+            "; the versions below were fitted outside it (`python -m db.retrain`)." if fitted else "."))
         return
     state = job["state"]
     said = job.get("message", "")
@@ -298,7 +311,8 @@ def _row(v: dict) -> dict:
             "right only with this": _cell(g.get("only_candidate")),
             "right only with the other": _cell(g.get("only_current")),
             "sign test p": _cell(g.get("sign_p"), ".3g"), "gate": (_verdict(g).split(":")[0] if g else ""),
-            "status": v.get("status") or "", "trained on": _cell((v.get("train") or {}).get("n_train"))}
+            "status": v.get("status") or "", "trained on": _cell((v.get("train") or {}).get("n_train")),
+            "encoder": "✓" if ((v.get("pairs") or {}).get("neural") or {}).get("dense") else ""}
 
 
 st.dataframe(pd.DataFrame([_row(v) for v in reversed(versions)]), hide_index=True, width="stretch")

@@ -261,9 +261,12 @@ def set_pipeline_settings(s: Session, vocabulary_id: int, settings: dict, userna
     unknown = set(settings) - set(PIPELINE_DEFAULTS)
     if unknown:
         raise ValueError(f"unknown pipeline setting {sorted(unknown)[0]!r}; expected {', '.join(PIPELINE_DEFAULTS)}")
-    if settings.get("dense"):
-        settings = dict(settings, dense=str(Path(settings["dense"]).expanduser().resolve()))
-        describe_encoder(settings["dense"])
+    if settings.get("dense"):  # stored as the model folder, so one encoder is named one way
+        folder = Path(settings["dense"]).expanduser().resolve()
+        describe_encoder(str(folder))
+        if not (folder / "termnorm_biencoder.json").is_file() and (folder / "model").is_dir():
+            folder = folder / "model"
+        settings = dict(settings, dense=str(folder))
     value = dict(pipeline_settings(s, vocabulary_id), **settings)
     services.put_setting(s, PIPELINE_KEY.format(vocabulary_id), value)
     accounts.audit(s, user, "set_pipeline_settings", "vocabulary", vocabulary_id, {"settings": value})
@@ -276,7 +279,7 @@ def describe_encoder(folder: str) -> str:
     ValueError naming the folder and what is missing."""
     path = Path(folder)
     if not path.is_dir():
-        raise ValueError(f"{folder}: no such folder")
+        raise ValueError(f"{folder}: {'a file, not a folder' if path.exists() else 'no such folder'}")
     if (path / "folds.json").is_file():
         return f"cross-fitted bi-encoder, {len(json.loads((path / 'folds.json').read_text())['fold_of'])} mentions"
     model = path if (path / "termnorm_biencoder.json").is_file() else path / "model"

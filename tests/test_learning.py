@@ -260,7 +260,8 @@ def test_a_promotion_reaches_the_coding_page_and_rolling_back_to_the_shipped_mod
     tp.session_state["vocabulary_id"] = vid
     tp.run()
     assert not tp.exception, [e.value for e in tp.exception]
-    assert not tp.error and any("No fit or retraining job has run for this vocabulary" in c.value for c in tp.caption)
+    assert not tp.error and any("No fit or retraining job has run from the app for this vocabulary" in c.value
+                                for c in tp.caption)
     assert tp.button(key="rollback").disabled  # the newest row, v1, is picked first: it serves
     tp.selectbox(key="pick_version").set_value(reg.shipped_name())
     tp.run()

@@ -378,6 +378,7 @@ def test_the_vocabularys_encoder_serves_in_the_version_its_ranker_was_fitted_for
         return " ".join(e.value for e in at.error).replace("\\", "")  # markdown escapes
 
     assert "not a bi-encoder folder" in use(str(tmp_path / "bert")) and "no such folder" in use("/nowhere/enc")
+    assert "a file, not a folder" in use(str(REPO / "README.md")) and "full path" in use("runs/enc")
     with S.session_scope(url) as s:
         assert learning.pipeline_settings(s, vid)["dense"] is None
     assert use(str(tmp_path / "enc")) == ""
@@ -453,8 +454,11 @@ def test_a_lead_trains_the_vocabularys_encoder_in_the_background_and_the_next_fi
     assert out.parent.parent == tmp_path / "data" / "encoders" and (out / "model" / "delta.safetensors").is_file()
     back = load_vocabulary(out.parent / "vocabulary.csv")  # the vocabulary it learnt from is the database's
     assert back.names == vocab.names and back.synonyms == vocab.synonyms and back.codes == vocab.codes
-    with S.session_scope(url) as s:
-        assert learning.pipeline_settings(s, vid)["dense"] == str(out)
+    with S.session_scope(url) as s:  # stored as the model folder: one encoder is named one way
+        assert learning.pipeline_settings(s, vid)["dense"] == str(out / "model")
+        audit = S.audit_frame(s)
+    assert list(audit["action"][:2]) == ["set_pipeline_settings", "train_encoder"]  # newest first
+    assert audit["details"].iloc[1]["job"] == job and audit["user"].iloc[1] == "lead1"
     assert learning.describe_encoder(str(out)) == "bi-encoder trained on the vocabulary's names and synonyms"
 
     monkeypatch.setenv("TERMNORM_AUTH", "off")
@@ -464,11 +468,70 @@ def test_a_lead_trains_the_vocabularys_encoder_in_the_background_and_the_next_fi
     at.session_state["vocabulary_id"] = vid
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    assert f"Set: `{out}` · bi-encoder trained on the vocabulary's names and synonyms" in " ".join(
+    assert f"Set: `{out / 'model'}` · bi-encoder trained on the vocabulary's names and synonyms" in " ".join(
         m.value for m in at.markdown)
+    assert "Encoder for dense recall: set" in [e.label for e in at.expander]
     assert not at.button(key="dense_train").disabled
     at.button(key="dense_train").click()  # the page's own start: e5-small, the 30-minute recipe
     at.run()
     started = runner.latest(kind=E.KIND, vocabulary_id=vid)
-    assert started["id"] != job and any("started in the background" in t.value for t in at.toast)
+    assert started["id"] != job and any("started in the background" in m.value for m in at.success)
+    assert any(e.label.endswith("· training one") for e in at.expander)  # said while the panel is folded
     assert runner.cancel(started["id"])["state"] in ("cancelled", "failed")
+
+
+def test_a_promotion_reaches_coders_without_making_them_wait_and_keeps_what_they_taught_meanwhile(world,
+                                                                                                monkeypatch):
+    """db.engine_holder.ServingSwitch, what every page serves from: after a promotion the version before goes on
+    answering while the new one is built in the background (held here at the point it has read the database,
+    as a slow load would be); a decision made meanwhile is learnt by the new engine once it takes over. Withdrawn
+    history is built at once: the engine before would answer from it."""
+    import threading
+    import time
+
+    from db import engine_holder as H, serving
+
+    reg, url, vid = world["reg"], world["url"], world["vid"]
+    monkeypatch.setenv("TERMNORM_MODELS", str(reg.root))
+
+    def key():
+        return serving.serving_version(url, vid), serving.edition(url, vid), serving.history_epoch(url, vid)
+
+    switch = H.ServingSwitch(url, vid)
+    first = switch.get(key())
+    assert first.engine.model_version == world["v1"] and switch.get(key()) is first
+    res = R.retrain(vid, url=url, registry=reg, gate=Gate(margin=1.0), neural=False)
+    reg.promote(res.version, force=True)
+
+    read, release, real = threading.Event(), threading.Event(), serving.build_engine
+
+    def slow(*args, **kwargs):
+        engine = real(*args, **kwargs)
+        read.set()
+        assert release.wait(120)
+        return engine
+
+    monkeypatch.setattr(serving, "build_engine", slow)
+    t0 = time.perf_counter()
+    assert switch.get(key()) is first and time.perf_counter() - t0 < 1.0  # no coder waits for the new one
+    assert read.wait(120) and switch.get(key()) is first  # one build, however many pages ask
+    text, terms = "甲状腺全切（新提法）", [demo_vocabulary("procedures").names[3]]
+    with S.session_scope(url) as s:
+        mid = S.mentions(s, S.create_batch(s, "meanwhile", vid, [text]))[0]["id"]
+        S.record_decision(s, mid, "coder", "correct", terms)
+    first.learn(text, terms)  # what the coding page does after the commit
+    assert first.engine.suggest(text).chosen == terms
+    release.set()
+    deadline = time.time() + 120
+    while switch.key != key() and time.time() < deadline:
+        time.sleep(0.05)
+    new = switch.get(key())
+    assert new is not first and new.engine.model_version == res.version and switch.pending is None
+    assert new.engine.suggest(text).chosen == terms and new.changed_since(0, text)
+
+    monkeypatch.setattr(serving, "build_engine", real)
+    with S.session_scope(url) as s:
+        serving.bump_history_epoch(s, vid)
+        s.commit()
+    rebuilt = switch.get(key())  # at once, not in the background
+    assert rebuilt is not new and switch.key == key()
