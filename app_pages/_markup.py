@@ -177,7 +177,10 @@ def highlight_html(text: str, spans: list[KeywordSpan], marks: list[str | None] 
 
 def legend_html(candidates: bool = True, kinds=None) -> str:
     """Colour key of the keyword kinds (``kinds``: those on the page, e.g. no "approach" on a diagnosis; None: every
-    kind), and of the ✓ / ✗ marks when candidates are compared."""
+    kind), and of the ✓ / ✗ marks when candidates are compared. Empty when no kind is on the page (an English
+    vocabulary without keyword lists: a user test read an empty "Keywords: · in candidates:")."""
+    if kinds is not None and not set(kinds) & set(KEYWORD_KINDS):
+        return ""
     chips = " ".join(f'<span class="kw kw-{k}">{esc(KIND_LABELS[k])}</span>' for k in KEYWORD_KINDS
                      if kinds is None or k in kinds)
     marks = (' &nbsp;·&nbsp; in candidates: <span class="kw kw-site kw-match">same as mention</span> '

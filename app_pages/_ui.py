@@ -118,17 +118,23 @@ def serving_switch(url: str, vocabulary_id: int) -> ServingSwitch:
     return ServingSwitch(url, vocabulary_id)
 
 
-def serving_holder(url: str, vocabulary_id: int) -> EngineHolder:
+def serving_holder(url: str, vocabulary_id: int, wait: bool = False) -> EngineHolder:
     """The engine every page uses for a vocabulary: the promoted model version on the edition in force. A
     promotion or rollback reaches every page once its engine is built in the background (the version before
-    serves meanwhile: db.engine_holder.ServingSwitch); a new edition or withdrawn history at the next run."""
+    serves meanwhile: db.engine_holder.ServingSwitch), or at once with ``wait`` (a page that must read the new
+    version); a new edition or withdrawn history at the next run."""
     key = (current_model_version(url, vocabulary_id), current_edition(url, vocabulary_id),
            serving.history_epoch(url, vocabulary_id))
     switch = serving_switch(url, vocabulary_id)
     if switch.holder is None or tuple(key[1:]) != tuple(switch.key[1:]):
         with st.spinner("Loading the engine for this vocabulary…"):
             return switch.get(key)
-    return switch.get(key)
+    holder = switch.get(key)
+    if wait and switch.pending is not None:
+        with st.spinner(f"Loading {key[0] or 'the shipped model'}, just promoted…"):
+            switch.settled()
+        holder = switch.get(key)
+    return holder
 
 
 # ---------------------------------------------------------------------------------- shared state
@@ -140,9 +146,9 @@ class Context:
     batch_id: int | None
     role: str = "coder"  # set by require_role from the database
 
-    def holder(self) -> EngineHolder:
-        # keyed by the promoted version and edition: promote / rollback / a new edition reach coders at once
-        return serving_holder(self.url, self.vocabulary_id)
+    def holder(self, wait: bool = False) -> EngineHolder:
+        # the promoted version on the edition in force (serving_holder: a promotion reaches pages once built)
+        return serving_holder(self.url, self.vocabulary_id, wait)
 
 
 def context() -> Context:

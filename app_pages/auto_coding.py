@@ -48,7 +48,7 @@ if not preds:
     refuse(f"{promoted or record['version']} has no predictions on held-out mentions stored")
 # the name its suggestions are stored under: a promoted version's own, the shipped engine's model version
 version = promoted or record.get("model_version", "")
-engine_version = ctx.holder().engine.model_version
+engine_version = ctx.holder(wait=True).engine.model_version  # a version just promoted: once it is loaded
 if engine_version != version:  # build_engine falls back to the shipped model for another vocabulary edition
     refuse(f"{version or record['version']} was measured but the app serves {engine_version}: it was made for "
            "another edition of the vocabulary")

@@ -61,7 +61,9 @@ def measured_on(m: dict) -> str:
     "held-out accuracy 100.0% on 4 mentions" next to the gate's refusal for too few)."""
     n = int(m.get("n") or 0)
     if n >= MIN_GATE_MENTIONS:
-        return f"held-out accuracy {pct(m.get('accuracy'))} on {n} mentions"
+        # distinct texts, each measured once: the split's count above is of labelled mentions (a user test read
+        # "held out 787" beside "on 347 mentions")
+        return f"held-out accuracy {pct(m.get('accuracy'))} on {n} distinct held-out texts"
     more = int((MIN_GATE_MENTIONS - n) / max(split["share"], 0.01) + 0.999)
     return (f"not measured yet: {n} held-out mention(s) of the {MIN_GATE_MENTIONS} the gate needs (about {more:,} "
             f"more decisions at the {split['share']:.0%} held out)")

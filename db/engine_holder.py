@@ -216,6 +216,7 @@ class ServingSwitch:
         self.pending: tuple | None = None  # the key being built in the background
         self.failed: str = ""  # why the last background build failed (it is tried again at the next get)
         self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
 
     def get(self, key: tuple) -> EngineHolder:
         with self._lock:
@@ -227,8 +228,17 @@ class ServingSwitch:
                 return self.holder
             if self.pending != key:
                 self.pending = key
-                threading.Thread(target=self._build, args=(key,), name="termnorm-switch", daemon=True).start()
+                self._thread = threading.Thread(target=self._build, args=(key,), name="termnorm-switch", daemon=True)
+                self._thread.start()
             return self.holder
+
+    def settled(self, timeout: float | None = None) -> bool:
+        """Wait for the background build, if any (a lead's page that must read the new version); True when none
+        is left."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+        return self.pending is None
 
     def _build(self, key: tuple) -> None:
         try:
@@ -238,13 +248,21 @@ class ServingSwitch:
             with self._lock:
                 self.failed, self.pending = f"{key[0]}: {e}", None
             return
+        # what coders taught the engine before while this one was built, outside the switch's lock (reading the
+        # coded history again takes seconds on 5,000 mentions): pages go on being served meanwhile
+        seen = self.holder.revision
+        self._catch_up(holder)
         with self._lock:
             if self.pending != key:  # another change came meanwhile: its own build replaces this one
                 return
-            with holder.lock:
-                for text in serving.catch_up(holder.engine, self.url, self.vocabulary_id):
-                    holder._learnt(text)
+            if self.holder.revision != seen:  # taught during the catch-up: once more, the pages waiting for it
+                self._catch_up(holder)
             self.holder, self.key, self.pending, self.failed = holder, key, None, ""
+
+    def _catch_up(self, holder: EngineHolder) -> None:
+        with holder.lock:
+            for text in serving.catch_up(holder.engine, self.url, self.vocabulary_id):
+                holder._learnt(text)
 
 
 def prepare_in_background(holder: EngineHolder, url: str, batch_id: int, current_id: int, n: int) -> threading.Thread:

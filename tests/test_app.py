@@ -463,6 +463,9 @@ def test_html_in_a_mention_is_escaped(db_url):
     marked = set(re.findall(r'class="kw kw-(\w+)', "".join(m.value for m in at.markdown if "tn-legend" not in m.value)))
     assert set(re.findall(r'class="kw kw-(\w+)"', key.split("in candidates")[0])) == marked - {"match", "mismatch"}
     assert "site" in marked
+    from app_pages import _markup
+
+    assert _markup.legend_html(kinds=set()) == "" and "Keywords:" in _markup.legend_html(kinds={"site"})
 
 
 def test_an_abbreviation_in_a_mention_is_spelled_out_and_shown(db_url):

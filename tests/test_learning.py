@@ -223,6 +223,8 @@ def _markup(at: AppTest) -> str:
 
 
 def test_a_promotion_reaches_the_coding_page_and_rolling_back_to_the_shipped_model_is_one_click(demo, monkeypatch):
+    from app_pages import _ui
+
     monkeypatch.setenv("TERMNORM_AUTH", "off")
     url, vid = demo["url"], demo["vid"]
     ms = demo_mentions("procedures")
@@ -242,6 +244,8 @@ def test_a_promotion_reaches_the_coding_page_and_rolling_back_to_the_shipped_mod
     v1 = reg.register(eng, metrics, gold_predictions=preds)
     reg.promote(v1, force=True, by="lead1")  # the demo's 59 held-out mentions are below the gate's minimum
     assert serving.serving_version(url, vid) == v1
+    _coding_page(vid, bid)  # the coder goes on with the model before while v1 loads in the background
+    assert _ui.serving_switch(url, vid).settled(120)
     at = _coding_page(vid, bid)
     page = _markup(at)
     assert f"model: {v1}<" in page and "confidence not measured yet" not in page
@@ -275,6 +279,8 @@ def test_a_promotion_reaches_the_coding_page_and_rolling_back_to_the_shipped_mod
     assert "the shipped model" in serving_line and "from 300 coded mentions on" in serving_line
     with S.session_scope(url) as s:
         assert f"{len(S.coded_mentions(s, vid)):,} coded now" in serving_line
+    _coding_page(vid, bid)
+    assert _ui.serving_switch(url, vid).settled(120)
     assert f'model: <span title="{shipped_version}">the shipped model' in _markup(_coding_page(vid, bid))
 
 
