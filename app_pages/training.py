@@ -177,10 +177,21 @@ def _start() -> None:
 
 
 ENCODER_SAID = "_encoder_said"  # the panel's last message, shown inside it (a user test missed one at the top)
+ENCODER_OPEN = "_encoder_open"  # the panel stays open once used in this session (Enter or Cancel folded it)
 
 
-def _set_encoder(folder: str | None) -> None:
+def _keep_open() -> None:
+    st.session_state[ENCODER_OPEN] = True
+
+
+def _set_encoder(clear: bool = False) -> None:
+    # the box's text as sent with the click: a button's args are fixed at the draw before (a user test typed a
+    # folder, clicked, and had the one typed before set)
+    folder = None if clear else (st.session_state.get("dense_folder") or "").strip()
+    _keep_open()
     try:
+        if not clear and not folder:
+            raise ValueError("type the full path of the encoder's folder first")
         if folder and not folder.startswith("/"):  # relative to where the server started, which a lead cannot know
             raise ValueError(f"{folder}: give the full path of the folder on the server, starting with /")
         with _ui.session() as s:
@@ -192,6 +203,7 @@ def _set_encoder(folder: str | None) -> None:
 
 
 def _train_encoder() -> None:
+    _keep_open()
     try:
         job = encoder_jobs.start_encoder_job(ctx.url, ctx.vocabulary_id, ctx.username, runner=runner)
         st.session_state[ENCODER_SAID] = ("success", f"Encoder training started in the background (job {job}).")
@@ -205,7 +217,8 @@ served = ((((serving or {}).get("pairs") or {}).get("neural") or {}).get("dense"
 training_one = runner.active(kind=encoder_jobs.KIND, vocabulary_id=ctx.vocabulary_id) is not None
 said = st.session_state.pop(ENCODER_SAID, None)
 with st.expander("Encoder for dense recall: " + ("set" if encoder else "none") + (" · training one" if training_one
-                                                                                  else ""), expanded=bool(said)):
+                                                                                  else ""),
+                 expanded=bool(said) or st.session_state.get(ENCODER_OPEN, False)):
     if said:
         (st.error if said[0] == "error" else st.success)(_ui.md(said[1]))
     try:
@@ -221,13 +234,12 @@ with st.expander("Encoder for dense recall: " + ("set" if encoder else "none") +
     st.markdown(f"Set: `{encoder}` · {what}" if encoder else "Set: none.")
     st.markdown("The version serving now: " + (f"with the encoder from `{served.get('origin') or served.get('from')}`"
                                                if served else "no encoder."))
-    folder = st.text_input("Encoder folder (its full path on the server)", value=encoder or "", key="dense_folder",
-                           placeholder="/srv/termnorm/encoders/synonyms")
+    st.text_input("Encoder folder (its full path on the server)", value=encoder or "", key="dense_folder",
+                  placeholder="/srv/termnorm/encoders/synonyms", on_change=_keep_open)
     c = st.columns(3)
-    c[0].button("Use at the next fit", key="dense_set", disabled=not folder.strip(),
-                on_click=_set_encoder, args=(folder.strip(),))
+    c[0].button("Use at the next fit", key="dense_set", on_click=_set_encoder)
     c[1].button("Fit without an encoder", key="dense_clear", disabled=not encoder, on_click=_set_encoder,
-                args=(None,))
+                args=(True,))
     n_syn = encoder_jobs.n_synonyms(ctx.url, ctx.vocabulary_id)
     c[2].button("Train one on this vocabulary's synonyms", key="dense_train", disabled=not n_syn or training_one,
                 on_click=_train_encoder, help=f"{n_syn:,} synonyms, coders' included; in the background, at most 30 "

@@ -285,7 +285,7 @@ def describe_encoder(folder: str) -> str:
     model = path if (path / "termnorm_biencoder.json").is_file() else path / "model"
     if not (model / "termnorm_biencoder.json").is_file():
         raise ValueError(f"{folder}: not a bi-encoder folder (no termnorm_biencoder.json in it or in model/): "
-                         "give the --out folder of `termnorm train recall` or its model/ folder")
+                         "give the --out folder of termnorm train recall or its model/ folder")
     run = model.parent / "config.json"
     cfg = json.loads(run.read_text(encoding="utf-8")) if model != path or run.is_file() else {}
     params = cfg.get("params") or {}

@@ -369,9 +369,8 @@ def test_the_vocabularys_encoder_serves_in_the_version_its_ranker_was_fitted_for
     at.session_state["vocabulary_id"] = vid
     at.run()
 
-    def use(folder):  # the lead types a folder into the Training page's encoder box
+    def use(folder):  # the lead types a folder into the Training page's encoder box and clicks, no Enter between
         at.text_input(key="dense_folder").set_value(folder)
-        at.run()
         at.button(key="dense_set").click()
         at.run()
         assert not at.exception, [e.value for e in at.exception]
@@ -379,6 +378,7 @@ def test_the_vocabularys_encoder_serves_in_the_version_its_ranker_was_fitted_for
 
     assert "not a bi-encoder folder" in use(str(tmp_path / "bert")) and "no such folder" in use("/nowhere/enc")
     assert "a file, not a folder" in use(str(REPO / "README.md")) and "full path" in use("runs/enc")
+    assert "type the full path" in use("  ")
     with S.session_scope(url) as s:
         assert learning.pipeline_settings(s, vid)["dense"] is None
     assert use(str(tmp_path / "enc")) == ""
