@@ -14,7 +14,6 @@ they choose (:func:`dropped`), so the candidate table does not mark a term as la
 from __future__ import annotations
 
 import re
-
 import threading
 from collections import Counter
 
