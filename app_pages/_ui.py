@@ -126,7 +126,7 @@ def serving_holder(url: str, vocabulary_id: int, wait: bool = False) -> EngineHo
     key = (current_model_version(url, vocabulary_id), current_edition(url, vocabulary_id),
            serving.history_epoch(url, vocabulary_id))
     switch = serving_switch(url, vocabulary_id)
-    if switch.holder is None or tuple(key[1:]) != tuple(switch.key[1:]):
+    if switch.builds_at_once(key):
         with st.spinner("Loading the engine for this vocabulary…"):
             return switch.get(key)
     holder = switch.get(key)

@@ -67,17 +67,16 @@ def start_encoder_job(url: str | None, vocabulary_id: int, by: str, *, encoder: 
     from termnorm import settings
     from termnorm.jobs import JobRunner, lock_key
 
-    with services.session_scope(url) as s:
-        auth.require(s, by, "lead")
-        name = next((v["name"] for v in services.vocabularies(s) if v["id"] == int(vocabulary_id)), vocabulary_id)
     out = settings.get().data_dir / "encoders" / f"{int(vocabulary_id)}-{time.strftime('%Y%m%d-%H%M%S')}"
     params = {"url": url, "vocabulary_id": int(vocabulary_id), "by": by, "encoder": encoder, "out": str(out),
               "max_seconds": float(max_seconds), "extra": list(extra)}
-    runner = runner or JobRunner()
-    job = runner.start(JOB_TARGET, params, title=f"encoder · {name}", lock=lock_key(KIND, vocabulary_id),
-                       tags={"kind": KIND, "vocabulary_id": int(vocabulary_id)})
     with services.session_scope(url) as s:
-        accounts.audit(s, auth.require(s, by, "lead"), "train_encoder", "vocabulary", int(vocabulary_id),
+        user = auth.require(s, by, "lead")
+        name = next((v["name"] for v in services.vocabularies(s) if v["id"] == int(vocabulary_id)), vocabulary_id)
+        job = (runner or JobRunner()).start(JOB_TARGET, params, title=f"encoder · {name}",
+                                            lock=lock_key(KIND, vocabulary_id),
+                                            tags={"kind": KIND, "vocabulary_id": int(vocabulary_id)})
+        accounts.audit(s, user, "train_encoder", "vocabulary", int(vocabulary_id),
                        {"job": job, "folder": str(out / "run"), "encoder": encoder})
         s.commit()
     return job

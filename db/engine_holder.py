@@ -218,11 +218,16 @@ class ServingSwitch:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
+    def builds_at_once(self, key: tuple) -> bool:
+        """Whether :meth:`get` of ``key`` builds while its caller waits: no engine yet, another edition, or
+        withdrawn history."""
+        return self.holder is None or tuple(key[1:]) != tuple(self.key[1:])
+
     def get(self, key: tuple) -> EngineHolder:
         with self._lock:
             if key == self.key:
                 return self.holder
-            if self.holder is None or tuple(key[1:]) != tuple(self.key[1:]):
+            if self.builds_at_once(key):
                 self.holder = build_holder(self.url, self.vocabulary_id, key[0], key[1])
                 self.key, self.pending = key, None
                 return self.holder

@@ -262,15 +262,24 @@ def set_pipeline_settings(s: Session, vocabulary_id: int, settings: dict, userna
     if unknown:
         raise ValueError(f"unknown pipeline setting {sorted(unknown)[0]!r}; expected {', '.join(PIPELINE_DEFAULTS)}")
     if settings.get("dense"):  # stored as the model folder, so one encoder is named one way
-        folder = Path(settings["dense"]).expanduser().resolve()
-        describe_encoder(str(folder))
-        if not (folder / "termnorm_biencoder.json").is_file() and (folder / "model").is_dir():
-            folder = folder / "model"
-        settings = dict(settings, dense=str(folder))
+        settings = dict(settings, dense=str(_encoder_folder(Path(settings["dense"]).expanduser().resolve())))
     value = dict(pipeline_settings(s, vocabulary_id), **settings)
     services.put_setting(s, PIPELINE_KEY.format(vocabulary_id), value)
     accounts.audit(s, user, "set_pipeline_settings", "vocabulary", vocabulary_id, {"settings": value})
     s.commit()
+
+
+def _encoder_folder(path: Path) -> Path:
+    """The folder a bi-encoder loads from: ``path`` itself (a model folder, or a cross-fitted one) or its
+    ``model/`` (a ``termnorm train recall`` output). ValueError naming the folder and what is missing. The
+    file names are termnorm.dense's (BiEncoder.load), repeated here: importing it would import torch."""
+    if not path.is_dir():
+        raise ValueError(f"{path}: {'a file, not a folder' if path.exists() else 'no such folder'}")
+    for folder in (path, path / "model"):
+        if (folder / "termnorm_biencoder.json").is_file() or (folder == path and (path / "folds.json").is_file()):
+            return folder
+    raise ValueError(f"{path}: not a bi-encoder folder (no termnorm_biencoder.json in it or in model/): "
+                     "give the --out folder of termnorm train recall or its model/ folder")
 
 
 def describe_encoder(folder: str) -> str:
@@ -278,16 +287,13 @@ def describe_encoder(folder: str) -> str:
     import torch): a ``termnorm train recall`` output or model folder, or a cross-fitted one (``folds.json``).
     ValueError naming the folder and what is missing."""
     path = Path(folder)
-    if not path.is_dir():
-        raise ValueError(f"{folder}: {'a file, not a folder' if path.exists() else 'no such folder'}")
-    if (path / "folds.json").is_file():
+    model = _encoder_folder(path)
+    if model == path and (path / "folds.json").is_file():
         return f"cross-fitted bi-encoder, {len(json.loads((path / 'folds.json').read_text())['fold_of'])} mentions"
-    model = path if (path / "termnorm_biencoder.json").is_file() else path / "model"
-    if not (model / "termnorm_biencoder.json").is_file():
-        raise ValueError(f"{folder}: not a bi-encoder folder (no termnorm_biencoder.json in it or in model/): "
-                         "give the --out folder of termnorm train recall or its model/ folder")
     run = model.parent / "config.json"
-    cfg = json.loads(run.read_text(encoding="utf-8")) if model != path or run.is_file() else {}
+    cfg = json.loads(run.read_text(encoding="utf-8")) if run.is_file() else {}
+    if cfg.get("kind") != "termnorm.dense":  # the model folder's parent is not its training run
+        cfg = {}
     params = cfg.get("params") or {}
     trained = ("the vocabulary's names and synonyms" if params.get("data") == "vocab" else
                f"{cfg['n_train_mentions']:,} labelled mentions" if "n_train_mentions" in cfg else "unknown data")

@@ -110,12 +110,22 @@ def build_engine(url: str | None, vocabulary_id: int, version: str | None = None
         engine = shipped_engine(vocab, history)
     else:
         learn_history(engine, history)
-    for term, syn in synonyms:  # already in the vocabulary; this also puts them in the sieve
-        if term in engine.vocabulary:
-            engine.add_synonym(term, syn)
     engine.use_demo_abbreviations()  # the built-in list (assets/demo/abbreviations.json) for a Chinese vocabulary
-    engine.add_abbreviations(abbreviations.for_engine(url, vocabulary_id))  # taught by coders (Vocabulary page)
+    _learn_vocabulary(engine, synonyms, url, vocabulary_id)
     return engine
+
+
+def _learn_vocabulary(engine: Engine, synonyms, url: str | None, vocabulary_id: int) -> list[str]:
+    """The coders' synonyms (mostly in the vocabulary already: this also puts them in the sieve) and
+    abbreviations (Vocabulary page); the synonyms new to the engine's vocabulary."""
+    new = []
+    for term, syn in synonyms:
+        if term in engine.vocabulary:
+            if syn not in engine.vocabulary.synonyms.get(term, []):
+                new.append(syn)
+            engine.add_synonym(term, syn)
+    engine.add_abbreviations(abbreviations.for_engine(url, vocabulary_id))
+    return new
 
 
 def learn_history(engine: Engine, history) -> list[str]:
@@ -136,10 +146,4 @@ def catch_up(engine: Engine, url: str | None, vocabulary_id: int) -> list[str]:
     with services.session_scope(url) as s:
         history = services.coded_mentions(s, vocabulary_id)
         synonyms = services.user_synonyms(s, vocabulary_id)
-    taught = learn_history(engine, history)
-    for term, syn in synonyms:
-        if term in engine.vocabulary and syn not in engine.vocabulary.synonyms.get(term, []):
-            engine.add_synonym(term, syn)
-            taught.append(syn)
-    engine.add_abbreviations(abbreviations.for_engine(url, vocabulary_id))
-    return taught
+    return learn_history(engine, history) + _learn_vocabulary(engine, synonyms, url, vocabulary_id)
