@@ -312,6 +312,9 @@ def md(text) -> str:
 #: MIN_MS of the mention on screen changing is dropped before Streamlit sees it. "Changing" is the mention's
 #: text or the hidden echo of its id: a held key decided mentions 17-180 ms after their text showed while the
 #: echo, drawn last, still named the previous one; a change of the text is seen by a MutationObserver at once.
+#: Presses are dropped too while the page is being drawn: Streamlit keeps the run before's buttons (data-stale)
+#: live until their new copies come, and under load a click 1 s after the next mention's text showed reached
+#: the previous mention's Skip. A dropped press is said on the page (#tn-not-yet), never lost without a word.
 _DWELL_GUARD = """
 (function () {
   const w = window;
@@ -329,14 +332,35 @@ _DWELL_GUARD = """
   new MutationObserver(mark).observe(document.body, {subtree: true, childList: true, characterData: true});
   setInterval(mark, 20);  // the echo's value is a property, not a DOM change: polled
   const early = () => g.id !== null && Date.now() - g.shownAt < g.ms;
+  // the coding page (its echo field is there) in the middle of a run: buttons of the run before still shown
+  const drawing = () => !!document.querySelector('.st-key-_on_screen')
+    && !!document.querySelector('[data-testid="stMain"] [data-stale="true"] button');
+  const why = () => drawing() ? 'the page is still being drawn'
+    : early() ? 'the mention appeared less than ' + (g.ms / 1000) + ' s ago' : null;
+  const say = (reason) => {
+    let n = document.getElementById('tn-not-yet');
+    if (!n) {
+      n = document.createElement('div');
+      n.id = 'tn-not-yet'; n.setAttribute('data-testid', 'tn-not-yet'); n.setAttribute('role', 'status');
+      n.style.cssText = 'position:fixed;bottom:1.2rem;left:50%;transform:translateX(-50%);z-index:100000;'
+        + 'background:#fff4e5;color:#663c00;border:1px solid #f0b45e;border-radius:.5rem;padding:.5rem 1rem;'
+        + 'font:0.95rem sans-serif;box-shadow:0 2px 8px rgba(0,0,0,.15)';
+      document.body.appendChild(n);
+    }
+    n.textContent = 'Not taken: ' + reason + '. Nothing saved; press again.';
+    n.style.display = 'block';
+    clearTimeout(g.hide); g.hide = setTimeout(() => { n.style.display = 'none'; }, 2500);
+  };
+  const drop = (e, reason) => { e.stopImmediatePropagation(); e.preventDefault(); say(reason); };
   document.addEventListener('keydown', (e) => {
     const t = e.target;
     if (t && (t.tagName === 'INPUT' || t.tagName === 'TEXTAREA' || t.isContentEditable)) return;
-    if (early()) { e.stopImmediatePropagation(); e.preventDefault(); }
+    if (e.ctrlKey || e.metaKey || e.altKey || e.key.length !== 1) return;  // not a decision key (Esc, Tab, a copy)
+    const reason = why(); if (reason) drop(e, reason);
   }, true);
   document.addEventListener('click', (e) => {
     const b = e.target && e.target.closest && e.target.closest('[data-testid="stMain"] button');
-    if (b && early()) { e.stopImmediatePropagation(); e.preventDefault(); }
+    const reason = b && why(); if (reason) drop(e, reason);
   }, true);
 })();
 """

@@ -347,18 +347,21 @@ def claim_decision_slot(min_gap_s: float) -> float | None:
 
 
 def decide(ctx: Context, mention_id: int, text: str, action: str, terms=(), comment: str = "",
-           shown: int | None = None, codes: dict[str, str] | None = None, relationship: str | None = None) -> int:
+           shown: int | None = None, codes: dict[str, str] | None = None, relationship: str | None = None,
+           screen=None) -> int:
     """Record a decision durably, THEN teach the engine (accept / correct, unless the coder said "not related"), so
     a crash never leaves the engine knowing something the database does not. Returns the decision id.
 
     The server refuses (services.NotYourMention) unless ``mention_id`` is the mention this coder has
     claimed, i.e. the one on their screen: a click or key press on the previous mention that reaches the
-    server after the next one was drawn writes nothing."""
+    server after the next one was drawn writes nothing. ``screen``: the suggestion the page showed, which the
+    decision is of (its candidates are the shown ones)."""
     started = st.session_state.get(f"shown_at_{mention_id}")
     seconds = time.time() - started if started else 0.0
     with session() as s:
         did = services.record_decision(s, mention_id, ctx.username, action, list(terms), comment, seconds,
-                                       shown=shown, codes=codes, relationship=relationship, require_claim=True)
+                                       shown=shown, codes=codes, relationship=relationship, require_claim=True,
+                                       screen=screen)
         document = services.mention_documents(s, [mention_id]).get(mention_id, "")
     if action in ("accept", "correct") and terms and relationship != services.NOT_RELATED:
         ctx.holder().learn(text, list(terms), document=document)

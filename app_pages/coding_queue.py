@@ -145,9 +145,9 @@ def _decide(mention_id: int, action: str, terms=(), comment: str = "", codes=Non
                              "saved; press again if you meant it.")
         return
     drawn_at = st.session_state.get(f"drawn_at_{mention_id}")
-    if drawn_at is None:  # its page run was cut short by this very click: the coder saw part of it at most
-        _ui.flash("warning", "Ignored a click or key that came while the mention was still being drawn (a repeated "
-                             "press?): nothing saved; press again if you meant it.")
+    if drawn_at is None:  # a button of a page not (or no longer) fully drawn: the run before's, kept on screen
+        _ui.flash("warning", f"Ignored a click or key on mention #{current['position']}'s buttons, pressed while the "
+                             "page was being drawn: nothing saved; press again once it is still.")
         return
     shown_for = time.time() - drawn_at
     if shown_for < MIN_GAP_S:
@@ -171,7 +171,7 @@ def _decide(mention_id: int, action: str, terms=(), comment: str = "", codes=Non
                 return
     try:
         _ui.decide(ctx, mention_id, text, action, terms, comment, shown=SHOWN, codes=codes,
-                   relationship=relationship)
+                   relationship=relationship, screen=sug)
     except services.NotYourMention as e:
         _forget(mention_id)
         _ui.flash("warning", f"Ignored: {e}")

@@ -29,10 +29,10 @@ from db.models import (
     User,
     utcnow,
 )
-from db.suggestions import latest_suggestion_row
+from db.suggestions import shown_suggestion_row
 from db.vocabularies import term_ids, term_rows
 from termnorm.coding_metrics.suggestions import NOT_RELATED
-from termnorm.records import LabelledMention
+from termnorm.records import LabelledMention, Suggestion
 
 # How many of a suggestion's ranked candidates the review screen shows. Those not
 # chosen on "correct" and all of them on "reject" become confirmed hard negatives;
@@ -86,7 +86,7 @@ def clean_terms(terms) -> list[str]:
 def record_decision(s: Session, mention_id: int, username: str, action: str, terms: Sequence[str] = (),
                     comment: str = "", seconds: float = 0.0, *, shown: int | None = None,
                     codes: dict[str, str] | None = None, relationship: str | None = None,
-                    require_claim: bool = False) -> int:
+                    require_claim: bool = False, screen: Suggestion | None = None) -> int:
     """Record a coder's decision atomically and durably; returns the decision id.
 
     One transaction writes the Decision, its TrainingPairs, the mention's new
@@ -114,7 +114,9 @@ def record_decision(s: Session, mention_id: int, username: str, action: str, ter
     (default :func:`default_relationship`). ``require_claim`` (the coding page):
     refuse with :class:`NotYourMention` unless the mention is the one this coder
     has claimed -- a click or key press that reaches the server after the next
-    mention was drawn must not land on the previous one.
+    mention was drawn must not land on the previous one. ``screen``: the suggestion the coding page showed; the
+    decision is of it (its stored row, version and shown candidates), not of one a background job or another
+    process stored for the mention while it was on screen (the newest by default).
     """
     if action not in DECISION_ACTIONS or action == "auto":
         raise ValueError(f"unknown action {action!r}; expected accept, correct, reject, skip or flag")
@@ -148,7 +150,7 @@ def record_decision(s: Session, mention_id: int, username: str, action: str, ter
             audit(s, user, "skip", "mention", m.id, {"previous_status": "flagged", "kept": "the flag"})
             s.commit()
             return s.scalar(select(Decision.id).where(Decision.mention_id == m.id, Decision.is_latest))
-        sug = latest_suggestion_row(s, mention_id)
+        sug = shown_suggestion_row(s, mention_id, screen)
         if action == "accept" and not terms:
             if sug is None or not sug.chosen:
                 raise ValueError("accept needs terms: this mention has no suggestion to accept")
@@ -163,7 +165,8 @@ def record_decision(s: Session, mention_id: int, username: str, action: str, ter
             raise ValueError(f"not terms of the batch's vocabulary (edition in force): {', '.join(unknown)}")
         chosen_codes = [_chosen_code(rows[t], (codes or {}).get(t)) for t in terms] if rows else []
         n_shown = SHOWN_CANDIDATES if shown is None else max(0, int(shown))
-        shown_terms = list(dict.fromkeys(c.term for c in sug.candidates[:n_shown])) if sug else []
+        on_screen = screen.candidates if screen else sug.candidates if sug else []  # what the coder saw
+        shown_terms = list(dict.fromkeys(c.term for c in on_screen[:n_shown]))
         previous_status = m.status
         asked = (s.scalar(select(Decision).where(Decision.mention_id == m.id, Decision.is_latest).limit(1))
                  if previous_status == REREVIEW else None)
@@ -174,7 +177,8 @@ def record_decision(s: Session, mention_id: int, username: str, action: str, ter
                          terms, (asked.terms, asked.relationship) if asked else None)) if rows else None,
                      review_status=REVIEW_AFTER.get(action, "unchecked"), review_note=_answering(asked, terms),
                      comment=(comment or "").strip(), seconds=max(0.0, float(seconds or 0.0)),
-                     model_version=sug.model_version if sug else None, is_latest=True)
+                     model_version=screen.model_version if screen else sug.model_version if sug else None,
+                     is_latest=True)
         s.add(d)
         s.flush()
         pairs = supersede_and_pairs(s, m, d, vocab_id, terms, shown_terms)

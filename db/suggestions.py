@@ -126,6 +126,25 @@ def latest_suggestion_row(s: Session, mention_id: int) -> SuggestionRow | None:
                     .options(selectinload(SuggestionRow.candidates)).order_by(SuggestionRow.id.desc()).limit(1))
 
 
+def shown_suggestion_row(s: Session, mention_id: int, screen: Suggestion | None) -> SuggestionRow | None:
+    """The stored row of the suggestion a screen showed (``screen``): the newest of the mention's rows with its model
+    version, chosen terms and candidates, not a newer one a background job stored while it was on screen; the
+    newest row when ``screen`` is None or was not stored."""
+    latest = latest_suggestion_row(s, mention_id)
+    if screen is None or latest is None or _shows(latest, screen):
+        return latest
+    rows = s.scalars(select(SuggestionRow).where(SuggestionRow.mention_id == mention_id,
+                                                 SuggestionRow.model_version == screen.model_version,
+                                                 SuggestionRow.id < latest.id)
+                     .options(selectinload(SuggestionRow.candidates)).order_by(SuggestionRow.id.desc()).limit(20))
+    return next((r for r in rows if _shows(r, screen)), latest)
+
+
+def _shows(row: SuggestionRow, screen: Suggestion) -> bool:
+    return (row.model_version == screen.model_version and list(row.chosen) == list(screen.chosen)
+            and [c.term for c in row.candidates] == [c.term for c in screen.candidates])
+
+
 def latest_suggestion(s: Session, mention_id: int, edition: int | None = None) -> Suggestion | None:
     """The newest stored suggestion for the mention, as the engine's Suggestion record.
 

@@ -163,6 +163,38 @@ def test_correct_with_a_different_candidate(db_url):
         assert (t, 0, "rejected_candidate") in got
 
 
+def test_a_decision_is_of_the_suggestion_on_screen_not_one_stored_meanwhile(db_url):
+    """A background job (a lead's suggestion job after a promotion, another app process) may store a new suggestion
+    for the mention on a coder's screen. The decision was linked to that newest row: another model's version on
+    the coder's decision, and candidates the coder never saw taken as their hard negatives."""
+    from dataclasses import replace
+
+    from app_pages import _ui
+    from db.models import Decision
+    from db.models import Suggestion as SuggestionRow
+
+    at = start()
+    mid = current_id(at)
+    shown = suggestion(db_url, mid)
+    assert len(shown.candidates) > _ui.SHOWN  # the job's top ten below differ from the screen's
+    other = next(c.term for c in shown.candidates if c.term not in shown.chosen)
+    meanwhile = replace(shown, candidates=shown.candidates[::-1], chosen=[shown.candidates[-1].term],
+                        model_version="suggest-job-v9")
+    with services.session_scope(db_url) as s:
+        services.store_suggestion(s, mid, meanwhile)
+    box(at, mid).set_value([other])
+    at.button(key=f"save_{mid}").click()
+    rerun(at)
+    with services.session_scope(db_url) as s:
+        d = s.query(Decision).filter_by(mention_id=mid, is_latest=True).one()
+        row = s.get(SuggestionRow, d.suggestion_id)
+        assert (d.action, d.terms, d.model_version) == ("correct", [other], shown.model_version)
+        assert row.model_version == shown.model_version and [c.term for c in row.candidates] == [
+            c.term for c in shown.candidates]
+    negatives = {t for t, label, kind in pairs(db_url, mid) if kind == "rejected_candidate"}
+    assert negatives == {c.term for c in shown.candidates[:_ui.SHOWN]} - {other}
+
+
 def test_pick_two_terms(db_url):
     at = start()
     mid = current_id(at)

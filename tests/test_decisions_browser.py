@@ -163,6 +163,48 @@ def test_late_clicks_and_keys_never_decide_another_mention(app, page, tmp_path):
     shot(page, tmp_path, "coding_late_clicks.png")
 
 
+# a click on Skip, then -- the instant the page marks the run before's elements stale, as Streamlit does when the
+# next run begins -- a click on the same Skip button still on screen, and the K key
+_PRESS_WHILE_DRAWN = """mid => new Promise(done => {
+  const skip = () => document.querySelector(`.st-key-skip_${mid} button`);
+  const seen = new MutationObserver(() => {
+    if (!document.querySelector('[data-testid="stMain"] [data-stale="true"] button')) return;
+    seen.disconnect();
+    skip().click();
+    document.body.dispatchEvent(new KeyboardEvent('keydown', {key: 'k', code: 'KeyK', bubbles: true}));
+    const note = document.querySelector('[data-testid="tn-not-yet"]');
+    done(note && note.style.display !== 'none' ? note.textContent : null);
+  });
+  seen.observe(document.body, {subtree: true, attributes: true, attributeFilter: ['data-stale']});
+  skip().click();
+})"""
+
+
+def test_a_press_while_the_page_is_drawn_is_refused_in_words(app, page):
+    """A helper's browser run under load: Skip clicked about 1 s after the next mention's text showed was refused,
+    as "still being drawn (a repeated press?)" or by the browser's guard without a word. Streamlit keeps the run
+    before's buttons live until their new copies come, so the click had reached the previous mention's Skip. A
+    press while the page is drawn is now dropped in the browser and said there; the next one, once the page is
+    still, is taken."""
+    page.goto(app["base"] + "/")
+    page.wait_for_selector("table.tn-cands")
+    settle(page)
+    first = on_screen(page)
+    page.wait_for_timeout(600)  # past the dwell rule (MIN_GAP_S)
+    note = page.evaluate(_PRESS_WHILE_DRAWN, first)
+    assert note and "still being drawn" in note and "press again" in note, note
+    settle(page)
+    second = on_screen(page)
+    assert second != first
+    assert [(r["mention_id"], r["action"]) for r in decisions(app["url"])] == [(first, "skip")]
+    # the server had nothing to refuse: no click reached it for a page not drawn
+    assert not page.get_by_text(re.compile("Ignored a click")).count()
+    page.wait_for_timeout(600)
+    page.keyboard.press("k")
+    quiet(page, app["url"])
+    assert [(r["mention_id"], r["action"]) for r in decisions(app["url"])] == [(first, "skip"), (second, "skip")]
+
+
 def test_relationship_by_key_and_code_switch_by_click(app, page, tmp_path):
     page.goto(f"{app['base']}/?batch={app['codes_batch']}")
     page.wait_for_selector("table.tn-cands")
