@@ -222,9 +222,13 @@ def model_label(version: str | None, html: bool = True) -> str:
     """A model version as coders read it: the shipped model (``pretrained:lexical-gbm-40cee01c``; as HTML its id
     in the tooltip) or the fitted version's own name (``yidu-n7k-v3``)."""
     version = version or "?"
-    if not version.startswith("pretrained:"):
+    if version.startswith("pretrained:"):
+        label = "the shipped model (not yet fitted on this hospital's decisions)"
+    elif version == "lexical" or version.startswith("lexical+encoder-"):  # a vocabulary of no cold-start domain
+        label = ("the shipped model in recall order" + (", with the vocabulary's encoder" if "+" in version else "")
+                 + " (not yet fitted on this hospital's decisions)")
+    else:
         return esc(version) if html else version
-    label = "the shipped model (not yet fitted on this hospital's decisions)"
     return f'<span title="{esc(version)}">{esc(label)}</span>' if html else label
 
 

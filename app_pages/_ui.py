@@ -103,15 +103,6 @@ def session():
         database_down(e)
 
 
-def current_model_version(url: str, vocabulary_id: int) -> str | None:
-    """The promoted model version of a vocabulary (None: the shipped model serves)."""
-    return serving.serving_version(url, vocabulary_id)
-
-
-def current_edition(url: str, vocabulary_id: int) -> int | None:
-    return serving.edition(url, vocabulary_id)
-
-
 # one per vocabulary; the switch holds one engine at a time (two while a newly promoted one is built)
 @st.cache_resource(show_spinner=False, max_entries=12)
 def serving_switch(url: str, vocabulary_id: int) -> ServingSwitch:
@@ -123,8 +114,7 @@ def serving_holder(url: str, vocabulary_id: int, wait: bool = False) -> EngineHo
     promotion or rollback reaches every page once its engine is built in the background (the version before
     serves meanwhile: db.engine_holder.ServingSwitch), or at once with ``wait`` (a page that must read the new
     version); a new edition or withdrawn history at the next run."""
-    key = (current_model_version(url, vocabulary_id), current_edition(url, vocabulary_id),
-           serving.history_epoch(url, vocabulary_id))
+    key = serving.serving_key(url, vocabulary_id)
     switch = serving_switch(url, vocabulary_id)
     if switch.builds_at_once(key):
         with st.spinner("Loading the engine for this vocabulary…"):

@@ -196,8 +196,9 @@ def _set_encoder(clear: bool = False) -> None:
             raise ValueError(f"{folder}: give the full path of the folder on the server, starting with /")
         with _ui.session() as s:
             learning.set_pipeline_settings(s, ctx.vocabulary_id, {"dense": folder}, ctx.username)
-        st.session_state[ENCODER_SAID] = ("success", "The next fit uses this encoder." if folder else
-                                          "The next fit has no encoder.")
+        st.session_state[ENCODER_SAID] = ("success", "The next fit uses this encoder." + (
+            " Until a first fit, the shipped model serves with it if no cold-start ranker fits this vocabulary "
+            "(db.serving.shipped_engine)." if serving is None else "") if folder else "The next fit has no encoder.")
     except (PermissionError, ValueError) as e:
         st.session_state[ENCODER_SAID] = ("error", f"Encoder not set: {e}")
 
@@ -232,8 +233,12 @@ with st.expander("Encoder for dense recall: " + ("set" if encoder else "none") +
                "minutes on 2 CPU cores); a data team may run it, or another recipe, and give the folder here. The "
                "next fit fits the ranker on the encoder's scores and serves with it, measured and gated like any fit.")
     st.markdown(f"Set: `{encoder}` · {what}" if encoder else "Set: none.")
+    shipped = _ui.serving_switch(ctx.url, ctx.vocabulary_id).holder if serving is None else None
     st.markdown("The version serving now: " + (f"with the encoder from `{served.get('origin') or served.get('from')}`"
-                                               if served else "no encoder."))
+                                               if served else "no encoder.") if serving is not None else
+                "Serving now: the shipped model, " + ("in recall order with the encoder set." if shipped and
+                                                      shipped.engine.model_version.startswith("lexical+encoder-")
+                                                      else "no encoder."))
     st.text_input("Encoder folder (its full path on the server)", value=encoder or "", key="dense_folder",
                   placeholder="/srv/termnorm/encoders/synonyms", on_change=_keep_open)
     c = st.columns(3)

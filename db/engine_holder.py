@@ -206,7 +206,8 @@ class ServingSwitch:
     its place with what coders taught meanwhile caught up from the database (:func:`db.serving.catch_up`). A new
     edition or withdrawn history (a lead sent decisions back) is built at once, the caller waiting: the engine
     before would suggest retired terms or answer from the withdrawn decisions. ``key`` is (serving version,
-    edition, history epoch), as the pages read them from the database.
+    edition, history epoch[, anything else the engine is built from, e.g. the shipped model's encoder: built in
+    the background]), as the pages read them from the database.
     """
 
     def __init__(self, url: str, vocabulary_id: int):
@@ -221,7 +222,7 @@ class ServingSwitch:
     def builds_at_once(self, key: tuple) -> bool:
         """Whether :meth:`get` of ``key`` builds while its caller waits: no engine yet, another edition, or
         withdrawn history."""
-        return self.holder is None or tuple(key[1:]) != tuple(self.key[1:])
+        return self.holder is None or tuple(key[1:3]) != tuple(self.key[1:3])
 
     def get(self, key: tuple) -> EngineHolder:
         with self._lock:

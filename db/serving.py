@@ -24,6 +24,8 @@ to either.
 
 from __future__ import annotations
 
+import hashlib
+
 from db import abbreviations, services
 from termnorm import reading
 from termnorm.demo import HISTORY_FROM, HISTORY_RANKERS
@@ -63,20 +65,51 @@ def history_epoch(url: str | None, vocabulary_id: int) -> int:
         return int(services.get_setting(s, f"history_epoch:{vocabulary_id}", 0))
 
 
+def serving_key(url: str | None, vocabulary_id: int) -> tuple:
+    """What the vocabulary's serving engine is built from, as the database says now: (promoted version, edition,
+    history epoch, the shipped model's encoder) -- the key of db.engine_holder.ServingSwitch."""
+    version = serving_version(url, vocabulary_id)
+    return (version, edition(url, vocabulary_id), history_epoch(url, vocabulary_id),
+            None if version else shipped_encoder(url, vocabulary_id))
+
+
 def bump_history_epoch(s, vocabulary_id: int) -> None:
     """Part of the caller's transaction (it commits)."""
     key = f"history_epoch:{vocabulary_id}"
     services.put_setting(s, key, int(services.get_setting(s, key, 0)) + 1)
 
 
-def shipped_engine(vocab, history) -> Engine:
+def shipped_engine(vocab, history, encoder: str | None = None) -> Engine:
     """The model a vocabulary has before any retraining: the lexical pipeline with the cold-start ranker of its
-    domain (procedures / diagnoses, fitted on public data of the domain: termnorm.engine.cold_start_domain)."""
-    engine = Engine(vocab, history=history)
+    domain (procedures / diagnoses, fitted on public data of the domain: termnorm.engine.cold_start_domain).
+    A vocabulary of neither domain is served in recall order, with the bi-encoder ``encoder`` (the lead's
+    setting, e.g. one trained on its synonyms) among the recall strategies when set: on NCBI disease that
+    lifted day one from 0.750 to 0.768 (benchmarks/results/day_one_ncbi.json). A cold-start ranker was
+    fitted without an encoder's score, so it does not get one."""
     domain = cold_start_domain(vocab)
+    if domain is None and encoder:
+        from termnorm.dense.crossfit import load_dense  # torch: only for a vocabulary that has an encoder
+
+        return Engine(vocab, history=history, dense=load_dense(encoder), model_version=shipped_version(encoder))
+    engine = Engine(vocab, history=history)
     if domain is not None:
         engine.use_pretrained_ranker(shipped_ranker(domain, len(history)))
     return engine
+
+
+def shipped_version(encoder: str) -> str:
+    """The model version of the recall order with ``encoder``: named by the folder, so suggestions stored without
+    it, or with another, are computed again."""
+    return f"lexical+encoder-{hashlib.sha1(str(encoder).encode()).hexdigest()[:8]}"
+
+
+def shipped_encoder(url: str | None, vocabulary_id: int) -> str | None:
+    """The bi-encoder the shipped model of the vocabulary serves with (its pipeline setting ``dense``, db.learning);
+    None if none is set. Part of the serving key: setting one reaches the pages as a promotion does."""
+    from db.learning import PIPELINE_KEY
+
+    with services.session_scope(url) as s:
+        return (services.get_setting(s, PIPELINE_KEY.format(vocabulary_id)) or {}).get("dense") or None
 
 
 def shipped_ranker(domain: str, coded: int):
@@ -107,7 +140,7 @@ def build_engine(url: str | None, vocabulary_id: int, version: str | None = None
     if engine is not None and set(engine.vocabulary.names) != set(vocab.names):
         engine = None  # trained on another edition of the vocabulary
     if engine is None:
-        engine = shipped_engine(vocab, history)
+        engine = shipped_engine(vocab, history, shipped_encoder(url, vocabulary_id))
     else:
         learn_history(engine, history)
     engine.use_demo_abbreviations()  # the built-in list (assets/demo/abbreviations.json) for a Chinese vocabulary
