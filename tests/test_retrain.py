@@ -421,6 +421,20 @@ def test_the_vocabularys_encoder_serves_in_the_version_its_ranker_was_fitted_for
     assert not (reg.path(res3.version) / "dense").exists()
 
 
+def test_the_encoders_vocabulary_file_keeps_a_synonym_holding_a_separator_whole(tmp_path):
+    """The loader reads several synonyms from one cell split on | and ;, so a synonym holding one (101 of MEDIC's)
+    was trained on as two."""
+    from db.encoder_jobs import write_vocabulary_csv
+    from termnorm.loaders import load_vocabulary
+    from termnorm.vocabulary import Vocabulary
+
+    vocab = Vocabulary(name="x")
+    vocab.add_term("Factor X Deficiency", ["D005173"], synonyms=["Deficiency; Factor X", "Stuart|Prower Deficiency"])
+    write_vocabulary_csv(vocab, tmp_path / "v.csv")
+    back = load_vocabulary(tmp_path / "v.csv")
+    assert back.synonyms["Factor X Deficiency"] == ["Deficiency, Factor X", "Stuart/Prower Deficiency"]
+
+
 def test_a_lead_trains_the_vocabularys_encoder_in_the_background_and_the_next_fit_takes_it(world, tmp_path,
                                                                                            monkeypatch):
     """The Training page's "Train one on this vocabulary's synonyms": a background job writes the vocabulary as
