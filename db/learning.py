@@ -297,6 +297,9 @@ def describe_encoder(folder: str) -> str:
     params = cfg.get("params") or {}
     trained = ("the vocabulary's names and synonyms" if params.get("data") == "vocab" else
                f"{cfg['n_train_mentions']:,} labelled mentions" if "n_train_mentions" in cfg else "unknown data")
+    if "n_train_mentions" in cfg and params.get("data") != "vocab":  # one encoder (a cross-fitted one returned above)
+        trained += (" (not cross-fitted: if those are this vocabulary's coded mentions, its scores on them are "
+                    "in-sample and the ranker fitted over them trusts it too much; train it with --folds 5)")
     return f"bi-encoder trained on {trained}"
 
 

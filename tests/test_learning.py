@@ -348,3 +348,21 @@ def test_the_shipped_model_speaks_in_words_measured_on_the_coders_decisions(demo
     assert badge and "confidence not measured yet" not in page, page[:2000]
     assert "73 coders&#x27; decisions on this model&#x27;s suggestions" in badge.group(2) \
         or "measured on coders&#x27; decisions" in badge.group(2), badge.group(2)
+
+
+def test_an_encoder_trained_on_labelled_mentions_without_folds_is_described_with_a_warning(tmp_path):
+    """Set on the Training page, an encoder a data team trained on this hospital's coded mentions without folds
+    scores those mentions in-sample at the next fit; the panel said only "N labelled mentions"."""
+    import json
+
+    def run(name: str, data: str, n: int) -> str:
+        (tmp_path / name / "model").mkdir(parents=True)
+        (tmp_path / name / "model" / "termnorm_biencoder.json").write_text("{}")
+        (tmp_path / name / "config.json").write_text(json.dumps(
+            {"kind": "termnorm.dense", "n_train_mentions": n, "params": {"data": data, "folds": 1}}))
+        return learning.describe_encoder(str(tmp_path / name))
+
+    said = run("labelled", "labelled", 4200)
+    assert said.startswith("bi-encoder trained on 4,200 labelled mentions") and "not cross-fitted" in said
+    assert "--folds" in said and "in-sample" in said
+    assert run("vocab", "vocab", 60000) == "bi-encoder trained on the vocabulary's names and synonyms"
