@@ -173,6 +173,17 @@ def learn_history(engine: Engine, history) -> list[str]:
     return taught
 
 
+def audit_mark(url: str | None) -> int:
+    """The newest audit entry's id: it changes with every decision, synonym and abbreviation (all audited), so an
+    engine in another process knows when to catch up (:func:`catch_up`)."""
+    from sqlalchemy import func, select
+
+    from db.models import AuditLog
+
+    with services.session_scope(url) as s:
+        return int(s.scalar(select(func.max(AuditLog.id))) or 0)
+
+
 def catch_up(engine: Engine, url: str | None, vocabulary_id: int) -> list[str]:
     """What coders taught while ``engine`` was being built (decisions, synonyms, abbreviations), from the
     database; the mention texts and synonyms it learnt."""

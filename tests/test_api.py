@@ -150,6 +150,31 @@ def test_tokens_and_bad_requests_get_clear_answers(api):
         assert r.status == 200 and len(r.read()) > 100_000
 
 
+def test_the_api_answers_with_what_coders_taught_in_the_app_since_it_started(api, db_url):
+    """The API's engine was built at its first call and never learnt: a mention a coder coded in the app (another
+    process) was answered as before, by the engine's own guess. It now catches up from the database, a few
+    seconds late at most (db.http_api.FRESH_S)."""
+    from db import services
+
+    text = "阑尾切除伴腹腔引流"
+    status, out = _call(api["base"], "/normalize", api["token"], {"mentions": [text], "vocabulary": "demo-procedures"})
+    assert status == 200, out
+    guess = out["results"][0]["chosen"]
+    coded = next(c["term"] for c in out["results"][0]["candidates"] if [c["term"]] != guess)
+    with services.session_scope(db_url) as s:  # what the coding page writes, in this process, not the API's
+        bid = services.create_batch(s, "ward 9", services.vocabulary_id(s, "demo-procedures"), [text])
+        services.record_decision(s, services.mentions(s, bid)[0]["id"], "cora", "correct", [coded])
+    t0, answers = time.time(), []
+    while time.time() - t0 < 60 and (not answers or answers[-1] != [coded]):
+        status, out = _call(api["base"], "/normalize", api["token"], {"mentions": [text],
+                                                                      "vocabulary": "demo-procedures"})
+        assert status == 200, out
+        answers.append(out["results"][0]["chosen"])
+        time.sleep(0.5)
+    assert answers[-1] == [coded], (guess, coded, answers[-3:])
+    assert time.time() - t0 < 30  # FRESH_S, and a catch-up's reading of the history
+
+
 def test_a_large_call_does_not_hold_up_a_small_one(api):
     """A user test: a one-mention call waited the whole 11 s of another caller's 1,000 mentions. Calls now take
     turns at the engine, a chunk at a time, so the small one comes back first."""
