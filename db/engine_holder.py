@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from db import serving, services
 from db.suggestions import PRECODED
@@ -198,6 +199,11 @@ def build_holder(url: str, vocabulary_id: int, version: str | None = None, editi
     return holder
 
 
+#: seconds before a background build that failed (an encoder folder deleted) is tried again: every page run
+#: asks, and each try reads the whole vocabulary
+RETRY_S = 60.0
+
+
 class ServingSwitch:
     """The engine a vocabulary is served by, moved to a newly promoted version without making coders wait.
 
@@ -215,7 +221,8 @@ class ServingSwitch:
         self.key: tuple | None = None
         self.holder: EngineHolder | None = None
         self.pending: tuple | None = None  # the key being built in the background
-        self.failed: str = ""  # why the last background build failed (it is tried again at the next get)
+        self.failed: str = ""  # why the last background build failed (tried again at a get RETRY_S later)
+        self._failed_key, self._failed_at = None, 0.0
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
@@ -232,7 +239,7 @@ class ServingSwitch:
                 self.holder = build_holder(self.url, self.vocabulary_id, key[0], key[1])
                 self.key, self.pending = key, None
                 return self.holder
-            if self.pending != key:
+            if self.pending != key and not (key == self._failed_key and time.monotonic() - self._failed_at < RETRY_S):
                 self.pending = key
                 self._thread = threading.Thread(target=self._build, args=(key,), name="termnorm-switch", daemon=True)
                 self._thread.start()
@@ -253,6 +260,7 @@ class ServingSwitch:
             logging.getLogger(__name__).exception("building the engine of %s failed", key[0])
             with self._lock:
                 self.failed, self.pending = f"{key[0]}: {e}", None
+                self._failed_key, self._failed_at = key, time.monotonic()
             return
         # what coders taught the engine before while this one was built, outside the switch's lock (reading the
         # coded history again takes seconds on 5,000 mentions): pages go on being served meanwhile

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from helpers import need
@@ -73,6 +74,16 @@ def test_the_vocabularys_encoder_serves_in_the_shipped_model_until_a_first_fit(d
     assert not switch.builds_at_once(key) and switch.get(key).engine is engine  # nobody waits for the change
     assert switch.settled(120) and switch.get(key).engine.model_version == "lexical"
     assert switch.get(key).engine.dense is None
+    # an encoder folder deleted after it was set: the engine before goes on serving, and the failed build is not
+    # tried again at every page run (each try reads the whole vocabulary)
+    shutil.copytree(tmp_path / "enc", tmp_path / "gone")
+    with services.session_scope(db_url) as s:
+        learning.set_pipeline_settings(s, vid, {"dense": str(tmp_path / "gone")}, "lead1")
+    shutil.rmtree(tmp_path / "gone")
+    key = serving.serving_key(db_url, vid)
+    before = switch.get(key)
+    assert switch.settled(120) and "gone" in switch.failed
+    assert switch.get(key) is before and switch.pending is None  # not started again
 
 
 def test_from_300_coded_mentions_the_shipped_model_weighs_the_coders_history(db_url):
