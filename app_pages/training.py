@@ -334,7 +334,11 @@ def _row(v: dict) -> dict:
             "encoder": "✓" if ((v.get("pairs") or {}).get("neural") or {}).get("dense") else ""}
 
 
-st.dataframe(pd.DataFrame([_row(v) for v in reversed(versions)]), hide_index=True, width="stretch")
+st.dataframe(pd.DataFrame([_row(v) for v in reversed(versions)]), hide_index=True, width="stretch",
+             column_config={"its accuracy": st.column_config.TextColumn(
+                 help="The version compared with, measured again by the gate on the same held-out mentions with the "
+                      "coded history of that day: it may differ a little from that version's own row, measured "
+                      "when it was fitted.")})
 names = [v["version"] for v in reversed(versions)]
 pick = st.selectbox("Version", names, key="pick_version")
 rec = next(v for v in versions if v["version"] == pick)
