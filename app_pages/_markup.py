@@ -319,6 +319,9 @@ def md(text) -> str:
 #: Presses are dropped too while the page is being drawn: Streamlit keeps the run before's buttons (data-stale)
 #: live until their new copies come, and under load a click 1 s after the next mention's text showed reached
 #: the previous mention's Skip. A dropped press is said on the page (#tn-not-yet), never lost without a word.
+#: So is a press the server has not answered within WAIT_MS (no run began): a browser test lost a Skip that way
+#: twice while another engine was being built, with nothing on the page; the press may be repeated safely (a
+#: decision names its mention, and the server refuses a second one).
 _DWELL_GUARD = """
 (function () {
   const w = window;
@@ -340,8 +343,8 @@ _DWELL_GUARD = """
   const drawing = () => !!document.querySelector('.st-key-_on_screen')
     && !!document.querySelector('[data-testid="stMain"] [data-stale="true"] button');
   const why = () => drawing() ? 'the page is still being drawn'
-    : early() ? 'the mention appeared less than ' + (g.ms / 1000) + ' s ago' : null;
-  const say = (reason) => {
+    : early() ? 'the mention or its buttons appeared less than ' + (g.ms / 1000) + ' s ago' : null;
+  const say = (text) => {
     let n = document.getElementById('tn-not-yet');
     if (!n) {
       n = document.createElement('div');
@@ -351,28 +354,49 @@ _DWELL_GUARD = """
         + 'font:0.95rem sans-serif;box-shadow:0 2px 8px rgba(0,0,0,.15)';
       document.body.appendChild(n);
     }
-    n.textContent = 'Not taken: ' + reason + '. Nothing saved; press again.';
+    n.textContent = text;
     n.style.display = 'block';
     clearTimeout(g.hide); g.hide = setTimeout(() => { n.style.display = 'none'; }, 2500);
   };
-  const drop = (e, reason) => { e.stopImmediatePropagation(); e.preventDefault(); say(reason); };
+  const drop = (e, reason) => {
+    e.stopImmediatePropagation(); e.preventDefault(); say('Not taken: ' + reason + '. Nothing saved; press again.');
+  };
+  // every run the server starts changes the app's script state: a press it answered is followed by one
+  g.runs = 0;
+  new MutationObserver(() => { g.runs++; }).observe(document.body,
+    {subtree: true, attributes: true, attributeFilter: ['data-test-script-state']});
+  const answered = () => {
+    const before = g.runs, at = Date.now();
+    clearInterval(g.wait);
+    g.wait = setInterval(() => {
+      if (g.runs !== before) { clearInterval(g.wait); return; }
+      if (Date.now() - at < WAIT_MS) return;
+      clearInterval(g.wait);
+      say('Your press has not reached the server yet: nothing is saved until it does. If the page does not '
+          + 'change, press again.');
+    }, 100);
+  };
   document.addEventListener('keydown', (e) => {
     const t = e.target;
     if (t && (t.tagName === 'INPUT' || t.tagName === 'TEXTAREA' || t.isContentEditable)) return;
     if (e.ctrlKey || e.metaKey || e.altKey || e.key.length !== 1) return;  // not a decision key (Esc, Tab, a copy)
-    const reason = why(); if (reason) drop(e, reason);
+    const reason = why(); if (reason) { drop(e, reason); return; }
+    if (document.querySelector('.st-key-_on_screen') && KEYS.includes(e.key.toLowerCase())) answered();
   }, true);
   document.addEventListener('click', (e) => {
     const b = e.target && e.target.closest && e.target.closest('[data-testid="stMain"] button');
-    const reason = b && why(); if (reason) drop(e, reason);
+    const reason = b && why(); if (reason) { drop(e, reason); return; }
+    if (b && b.matches('[data-testid^="stBaseButton"]') && document.querySelector('.st-key-_on_screen')) answered();
   }, true);
 })();
 """
 
 
-def dwell_guard_html(min_seconds: float) -> str:
-    """A page script's HTML (_ui.page_script) that installs :data:`_DWELL_GUARD` in the app's document (same origin)."""
-    code = _DWELL_GUARD.replace("MIN_MS", str(int(round(min_seconds * 1000))))
+def dwell_guard_html(min_seconds: float, keys: str = "", wait_s: float = 3.0) -> str:
+    """A page script's HTML (_ui.page_script) that installs :data:`_DWELL_GUARD` in the app's document (same origin);
+    ``keys``: the page's shortcut keys (a press of another key starts no run)."""
+    code = (_DWELL_GUARD.replace("MIN_MS", str(int(round(min_seconds * 1000))))
+            .replace("WAIT_MS", str(int(round(wait_s * 1000)))).replace("KEYS", json.dumps(keys.lower())))
     return ("<script>const d = window.parent.document; if (!window.parent.__tnDwell) {"
             " const s = d.createElement('script'); s.textContent = " + json.dumps(code) + "; d.head.appendChild(s); }"
             " else { window.parent.__tnDwell.ms = " + str(int(round(min_seconds * 1000))) + "; }</script>")

@@ -155,10 +155,9 @@ def _decide(mention_id: int, action: str, terms=(), comment: str = "", codes=Non
                              "appeared: too soon to have read it. Nothing saved; press again if you meant it.")
         return
     since_last = _ui.claim_decision_slot(MIN_GAP_S)
-    if since_last is not None:
-        _ui.flash("warning", f"Ignored a click or key {since_last:.2f} s after the previous decision ("
-                             f"{st.session_state.get('_last_said', '')}, saved): nothing saved; press again if you "
-                             "meant it.")
+    if since_last is not None:  # the one before may still be saving (a second script thread): not named here
+        _ui.flash("warning", f"Ignored a second click or key {since_last:.2f} s after your previous one: nothing more "
+                             "saved. “Last saved” at the top says what the previous one saved.")
         return
     # none set: the default record_decision gives, here too (a not-related default must not be taught as a coding)
     relationship = (st.session_state.get(rel_key) or services.default_relationship(terms, sent_back)) if terms \
@@ -181,10 +180,8 @@ def _decide(mention_id: int, action: str, terms=(), comment: str = "", codes=Non
         return
     _forget(mention_id)
     said = "not related to" if relationship == services.NOT_RELATED else action  # not a coding of those terms
-    # kept for the warning a too-quick next press gets: its run may cut this toast short before it shows
-    st.session_state["_last_said"] = (f"#{current['position']} {said}" + (": " + " + ".join(terms) if terms else "")
-                                      + (" · with your comment" if comment and action != "flag" else ""))
-    _ui.flash("toast", st.session_state["_last_said"])
+    _ui.flash("toast", f"#{current['position']} {said}" + (": " + " + ".join(terms) if terms else "")
+              + (" · with your comment" if comment and action != "flag" else ""))
 
 
 def _picked_codes(mention_id: int, terms: list[str]) -> dict[str, str]:
@@ -484,7 +481,7 @@ st.session_state.setdefault(f"drawn_at_{mid}", time.time())
 st.session_state[ON_SCREEN] = str(mid)
 st.text_input("mention on screen", key=ON_SCREEN, label_visibility="collapsed")
 if MIN_GAP_S > 0:  # the same rule in the browser, where the key press happens (app_pages/_markup.py _DWELL_GUARD)
-    _ui.page_script(_markup.dwell_guard_html(MIN_GAP_S), "dwell")
+    _ui.page_script(_markup.dwell_guard_html(MIN_GAP_S, keys="saxk12345"), "dwell")  # the shortcuts above
 _ui.page_script(_markup.scroll_to_top_html(mid), "top")  # a new mention opens at its top
 _ui.page_script(_markup.keys_back_html(), "keys")  # Esc, or a sidebar list's pick, gives the keys back
 if document:  # its document box opens at the definition the engine used (deep in a long note)

@@ -196,11 +196,19 @@ def _set_encoder(clear: bool = False) -> None:
             raise ValueError(f"{folder}: give the full path of the folder on the server, starting with /")
         with _ui.session() as s:
             learning.set_pipeline_settings(s, ctx.vocabulary_id, {"dense": folder}, ctx.username)
-        st.session_state[ENCODER_SAID] = ("success", "The next fit uses this encoder." + (
-            " Until a first fit, the shipped model serves with it if no cold-start ranker fits this vocabulary "
-            "(db.serving.shipped_engine)." if serving is None else "") if folder else "The next fit has no encoder.")
+        now = serving is None and not _shipped_ranked()  # the shipped model in recall order takes it at once
+        st.session_state[ENCODER_SAID] = ("success", ("The next fit uses this encoder." if folder else
+                                                      "The next fit has no encoder.") + (
+            " The shipped model serving now is reloaded " + ("with" if folder else "without") + " it in the "
+            "background (about half a minute); coders keep working meanwhile." if now else ""))
     except (PermissionError, ValueError) as e:
         st.session_state[ENCODER_SAID] = ("error", f"Encoder not set: {e}")
+
+
+def _shipped_ranked() -> bool:
+    """Whether the shipped model serving this vocabulary has a cold-start ranker (then it takes no encoder)."""
+    held = _ui.serving_switch(ctx.url, ctx.vocabulary_id).holder
+    return held is not None and held.engine.model_version.startswith("pretrained:")
 
 
 def _train_encoder() -> None:
@@ -233,12 +241,18 @@ with st.expander("Encoder for dense recall: " + ("set" if encoder else "none") +
                "minutes on 2 CPU cores); a data team may run it, or another recipe, and give the folder here. The "
                "next fit fits the ranker on the encoder's scores and serves with it, measured and gated like any fit.")
     st.markdown(f"Set: `{encoder}` · {what}" if encoder else "Set: none.")
-    shipped = _ui.serving_switch(ctx.url, ctx.vocabulary_id).holder if serving is None else None
+    switch = _ui.serving_switch(ctx.url, ctx.vocabulary_id)
+    if switch.holder is not None:  # a changed setting starts reloading the engine now, not at a coder's next page
+        _ui.serving_holder(ctx.url, ctx.vocabulary_id)
+    shipped = switch.holder.engine.model_version if serving is None and switch.holder else ""
     st.markdown("The version serving now: " + (f"with the encoder from `{served.get('origin') or served.get('from')}`"
                                                if served else "no encoder.") if serving is not None else
-                "Serving now: the shipped model, " + ("in recall order with the encoder set." if shipped and
-                                                      shipped.engine.model_version.startswith("lexical+encoder-")
-                                                      else "no encoder."))
+                "Serving now: the shipped model, " + (
+                    "in recall order with an encoder." if shipped.startswith("lexical+encoder-") else
+                    "with its cold-start ranker (it takes an encoder from the first fit on)."
+                    if shipped.startswith("pretrained:") else "no encoder.")
+                + (" Being reloaded with the setting above; coders are served the one before meanwhile."
+                   if switch.pending is not None else ""))
     st.text_input("Encoder folder (its full path on the server)", value=encoder or "", key="dense_folder",
                   placeholder="/srv/termnorm/encoders/synonyms", on_change=_keep_open)
     c = st.columns(3)
@@ -251,7 +265,7 @@ with st.expander("Encoder for dense recall: " + ("set" if encoder else "none") +
                 "minutes on 2 CPU cores; when it is done the next fit uses it" if n_syn else
                 "this vocabulary has no synonyms to learn from")
     _jobs.panel(runner, "encoder_job", kind=encoder_jobs.KIND, vocabulary_id=ctx.vocabulary_id,
-                empty="No encoder trained here yet.")
+                empty="No encoder trained on this page yet.")
 
 busy = runner.active(**JOBS) is not None
 st.button("Retrain now" if fitted else "Fit now", type="primary", disabled=busy, on_click=_start, key="retrain",
