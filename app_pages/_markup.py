@@ -361,15 +361,22 @@ _DWELL_GUARD = """
   const drop = (e, reason) => {
     e.stopImmediatePropagation(); e.preventDefault(); say('Not taken: ' + reason + '. Nothing saved; press again.');
   };
-  // every run the server starts changes the app's script state: a press it answered is followed by one
-  g.runs = 0;
-  new MutationObserver(() => { g.runs++; }).observe(document.body,
-    {subtree: true, attributes: true, attributeFilter: ['data-test-script-state']});
+  // a run the server starts sets the app's script state to running: a press it answered is followed by one, or
+  // by the next mention; the end of a run begun before the press is no answer (a browser test: the click sent
+  // nothing while the run before was finishing, and that run's end was taken for one)
+  g.starts = 0; g.changes = 0;
+  const state = () => { const a = document.querySelector('[data-testid="stApp"]');
+                        return a && a.getAttribute('data-test-script-state'); };
+  new MutationObserver((records) => {
+    const now = records.map((r) => r.oldValue).slice(1).concat([state()]);  // each change's new value, in order
+    g.starts += now.filter((v) => v === 'running').length; g.changes += now.length;
+  }).observe(document.body,
+    {subtree: true, attributes: true, attributeOldValue: true, attributeFilter: ['data-test-script-state']});
   const answered = () => {
-    const before = g.runs, at = Date.now();
+    const starts = g.starts, changes = g.changes, id = g.id, idle = state() !== 'running', at = Date.now();
     clearInterval(g.wait);
     g.wait = setInterval(() => {
-      if (g.runs !== before) { clearInterval(g.wait); return; }
+      if (g.starts !== starts || g.id !== id || (idle && g.changes !== changes)) { clearInterval(g.wait); return; }
       if (Date.now() - at < WAIT_MS) return;
       clearInterval(g.wait);
       say('Your press has not reached the server yet: nothing is saved until it does. If the page does not '
