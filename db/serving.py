@@ -68,9 +68,15 @@ def history_epoch(url: str | None, vocabulary_id: int) -> int:
 def serving_key(url: str | None, vocabulary_id: int) -> tuple:
     """What the vocabulary's serving engine is built from, as the database says now: (promoted version, edition,
     history epoch, the shipped model's encoder) -- the key of db.engine_holder.ServingSwitch."""
-    version = serving_version(url, vocabulary_id)
-    return (version, edition(url, vocabulary_id), history_epoch(url, vocabulary_id),
-            None if version else shipped_encoder(url, vocabulary_id))
+    from db.learning import PIPELINE_KEY
+
+    with services.session_scope(url) as s:  # one session: every page run reads it
+        reg = registry(s, vocabulary_id)
+        ed = next((v["edition"] for v in services.vocabularies(s) if v["id"] == vocabulary_id), None)
+        epoch = int(services.get_setting(s, f"history_epoch:{vocabulary_id}", 0))
+        encoder = (services.get_setting(s, PIPELINE_KEY.format(vocabulary_id)) or {}).get("dense") or None
+    version = reg.current_version() if reg is not None else None
+    return version, ed, epoch, None if version else encoder
 
 
 def bump_history_epoch(s, vocabulary_id: int) -> None:
