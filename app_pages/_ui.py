@@ -9,6 +9,7 @@ page needs one import).
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -334,6 +335,24 @@ def claim_decision_slot(min_gap_s: float) -> float | None:
             return now - last
         st.session_state["_last_decision_at"] = now
         return None
+
+
+def session_lock() -> threading.RLock:
+    """This browser session's lock: a decision's callback holds it while saving, and the coding page's read of the
+    queue waits for it. Streamlit's fast reruns start a new script thread for a press that arrives while the run
+    before is still saving; that run read the queue before the save was committed and drew the mention just
+    decided again (tests/test_decisions_browser.py, a press queued behind a save)."""
+    with _decision_slots:
+        return st.session_state.setdefault("_session_lock", threading.RLock())
+
+
+def serialised(callback):
+    """``callback`` run under :func:`session_lock`."""
+    @functools.wraps(callback)
+    def run(*args, **kwargs):
+        with session_lock():
+            return callback(*args, **kwargs)
+    return run
 
 
 def decide(ctx: Context, mention_id: int, text: str, action: str, terms=(), comment: str = "",

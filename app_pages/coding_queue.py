@@ -51,7 +51,7 @@ holder = ctx.holder()
 # a lead or admin passing by only looks: the mention is claimed (kept from colleagues) when they act on it
 user = _ui.current_user()
 passing_by = bool(user) and auth.has_role(user["role"], "lead")
-with _ui.session() as s:
+with _ui.session_lock(), _ui.session() as s:
     batch = next(b for b in services.batches(s, ctx.vocabulary_id) if b["id"] == ctx.batch_id)
     done, total = services.batch_progress(s, ctx.batch_id)
     current = services.next_mention(s, ctx.batch_id, ctx.username, claim=not passing_by)
@@ -136,6 +136,7 @@ GROUNDLESS_KEPT = 0.5  # a suggested term that shares nothing with the mention s
 HEARD = "_decision_heard"  # set by a decision button's callback: its click reached this server session
 
 
+@_ui.serialised  # the page's read of the queue below waits for a save in progress (_ui.session_lock)
 def _decide(mention_id: int, action: str, terms=(), comment: str = "", codes=None) -> None:
     st.session_state[HEARD] = True
     comment = comment or (st.session_state.get(f"comment_{mention_id}") or "").strip()  # kept with any decision
