@@ -48,7 +48,7 @@ t = next(x for x in tasks if x["id"] == task_id)
 holder = _ui.serving_holder(ctx.url, t["vocabulary_id"])
 vocab = holder.engine.vocabulary
 
-with _ui.session() as s:
+with _ui.session_lock(), _ui.session() as s:  # waits for a save in progress (_ui.session_lock)
     queue = gold.disagreement_queue(s, ctx.username, task_id)
     overall, _pairs = gold.task_agreement(s, ctx.username, task_id)
 
@@ -114,6 +114,7 @@ def on_pick(term: str) -> None:
         ss[sel_key] = chosen + [term]
 
 
+@_ui.serialised
 def on_save(task: int, mention_id: int, position: int, seen: list[str] | None) -> None:
     """Save the box of the mention this button was drawn for (``seen``: the gold the page showed, None: none)."""
     drawn = ss.get(f"adj_drawn_{task}_{mention_id}")

@@ -37,7 +37,7 @@ task_id = head[0].selectbox("Gold task", ids, key="an_task",
 task = next(t for t in tasks if t["id"] == task_id)
 holder = _ui.serving_holder(ctx.url, task["vocabulary_id"])
 
-with _ui.session() as s:
+with _ui.session_lock(), _ui.session() as s:  # waits for a save in progress (_ui.session_lock)
     queue = gold.annotation_queue(s, task_id, ctx.username)
 n_done = sum(m["terms"] is not None for m in queue)
 head[1].progress(n_done / len(queue) if queue else 0.0, text=f"**{n_done} / {len(queue)}** answered")
@@ -95,6 +95,7 @@ def _forget() -> None:
     ss.pop(revise_key, None)
 
 
+@_ui.serialised
 def _save(terms: list[str]) -> None:
     started = ss.get(f"an_shown_at_{task_id}_{mid}")
     try:

@@ -283,6 +283,48 @@ def test_a_press_queued_behind_a_save_does_not_redraw_the_mention_it_decided(app
     assert any("already decided" in t for t in page.locator("[data-testid='stAlert']").all_inner_texts())
 
 
+def test_an_annotators_save_queued_behind_a_save_does_not_redraw_the_mention_answered(app, page):
+    """The same on the Annotate page: a second Save that reaches the server while the first is held at the
+    database waits for it, and the page then shows the next mention of the gold task with one answer saved."""
+    import signal
+    import sqlite3
+
+    from db import gold, services
+
+    with services.session_scope(app["url"]) as s:
+        for name in ("ann", "bea"):
+            services.ensure_user(s, name, role="annotator")
+        task = gold.create_gold_task(s, "lead", "blind", app["codes_batch"], ["ann", "bea"])
+        first, second = [m["mention_id"] for m in gold.annotation_queue(s, task, "ann")]
+    page.goto(app["base"] + "/?coder=ann")  # an annotator's home page
+    save = page.locator(f".st-key-an_save_{task}_{first} button")
+    save.wait_for()
+    settle(page)
+    page.locator(f".st-key-an_q_{task}_{first} input").fill("胆囊")
+    page.locator(f".st-key-an_add_{task}_{first}_0 button").click()
+    settle(page)
+    writer = sqlite3.connect(app["url"].removeprefix("sqlite:///"), isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")  # the write lock: the server's save waits for it (readers do not)
+    try:
+        os.kill(app["pid"], signal.SIGSTOP)  # so that both presses are queued, as under load
+        try:
+            save.click()
+            page.wait_for_timeout(500)
+            save.click()
+        finally:
+            os.kill(app["pid"], signal.SIGCONT)
+        page.wait_for_timeout(2000)  # both runs have begun; the first one's save waits on the lock
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    page.locator(f".st-key-an_save_{task}_{second} button").wait_for(timeout=15000)
+    settle(page)
+    assert page.locator(f".st-key-an_save_{task}_{first} button").count() == 0
+    with services.session_scope(app["url"]) as s:
+        answered = [m["terms"] is not None for m in gold.annotation_queue(s, task, "ann")]
+    assert answered == [True, False]
+
+
 def test_relationship_by_key_and_code_switch_by_click(app, page, tmp_path):
     page.goto(f"{app['base']}/?batch={app['codes_batch']}")
     page.wait_for_selector("table.tn-cands")
