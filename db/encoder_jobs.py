@@ -16,6 +16,7 @@ synonym holding ``|`` or ``;`` is read back as its parts, since the CSV loader s
 from __future__ import annotations
 
 import csv
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -89,13 +90,24 @@ def start_encoder_job(url: str | None, vocabulary_id: int, by: str, *, encoder: 
 
 def train_job(params: dict, ctx) -> dict:
     """termnorm.jobs target. Progress is the time spent against the budget: main reports its steps to the log."""
-    from termnorm.dense.train import main
     from termnorm.jobs import detect_device
 
     ctx.set_device(detect_device())
     url, vid, budget = params.get("url"), int(params["vocabulary_id"]), float(params["max_seconds"])
     out = Path(params["out"])
     out.mkdir(parents=True, exist_ok=True)
+    metrics = None
+    try:
+        metrics = _train_into(out, params, ctx, url, vid, budget)
+    finally:
+        if metrics is None:  # failed or cancelled: its folder (the vocabulary file, a half-trained model) serves none
+            shutil.rmtree(out, ignore_errors=True)
+    return metrics
+
+
+def _train_into(out: Path, params: dict, ctx, url, vid: int, budget: float) -> dict:
+    from termnorm.dense.train import main
+
     with services.session_scope(url) as s:
         vocab = services.vocabulary_from_db(s, vid)
     rows = write_vocabulary_csv(vocab, out / "vocabulary.csv")

@@ -6,6 +6,7 @@ E-FN's beta."""
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from db import retrain as R
 from termnorm import refit as F
 from termnorm.engine import Engine, demo_mentions, demo_vocabulary
 from termnorm.gate import MIN_GATE_MENTIONS, Gate
-from termnorm.jobs import JobRunner
+from termnorm.jobs import FINAL, JobRunner
 from termnorm.records import Candidate, LabelledMention
 from termnorm.registry import Registry
 
@@ -491,7 +492,19 @@ def test_a_lead_trains_the_vocabularys_encoder_in_the_background_and_the_next_fi
     started = runner.latest(kind=E.KIND, vocabulary_id=vid)
     assert started["id"] != job and any("started in the background" in m.value for m in at.success)
     assert any(e.label.endswith("· training one") for e in at.expander)  # said while the panel is folded
+    with S.session_scope(url) as s:
+        folder = Path(S.audit_frame(s)["details"].iloc[0]["folder"]).parent  # the job's own folder
+    for _ in range(600):  # cancelled once it has written into its folder: nothing of it is left behind
+        if (folder / "vocabulary.csv").exists() or runner.status(started["id"])["state"] in FINAL:
+            break
+        time.sleep(0.1)
     assert runner.cancel(started["id"])["state"] in ("cancelled", "failed")
+    runner.wait(started["id"], timeout=30)
+    for _ in range(100):
+        if not folder.exists():
+            break
+        time.sleep(0.1)
+    assert not folder.exists(), list(folder.rglob("*"))
 
 
 def test_a_promotion_reaches_coders_without_making_them_wait_and_keeps_what_they_taught_meanwhile(world,
