@@ -133,6 +133,7 @@ def _forget(mention_id: int) -> None:
 
 
 GROUNDLESS_KEPT = 0.5  # a suggested term that shares nothing with the mention stays in the box from this ranker score
+SKIPPED = "_skipped_last"  # the mention this coder skipped last, if their decision since was none
 HEARD = "_decision_heard"  # set by a decision button's callback: its click reached this server session
 
 
@@ -180,6 +181,7 @@ def _decide(mention_id: int, action: str, terms=(), comment: str = "", codes=Non
         _ui.flash("error", f"Not saved: {e}")
         return
     _forget(mention_id)
+    st.session_state[SKIPPED] = mention_id if action == "skip" else None
     said = "not related to" if relationship == services.NOT_RELATED else action  # not a coding of those terms
     _ui.flash("toast", f"#{current['position']} {said}" + (": " + " + ".join(terms) if terms else "")
               + (" · with your comment" if comment and action != "flag" else ""))
@@ -254,10 +256,6 @@ def on_typed(mention_id: int, version: int, shown: list[str], suggested: list[st
         st.session_state[f"code_{mention_id}_{vocab.index(term)}"] = code  # its switch, if already drawn
 
 
-def on_clear(mention_id: int) -> None:
-    set_box(mention_id, [])
-
-
 def on_code(mention_id: int, term: str) -> None:
     picked = st.session_state.get(f"code_{mention_id}_{holder.engine.vocabulary.index(term)}")
     if picked:
@@ -288,6 +286,9 @@ status = {"skipped": " · skipped before", services.REREVIEW: " · re-review",
           "flagged": " · flagged for a lead"}.get(current.get("status"), "")
 rows = f" · {current['frequency']:,} source rows share this text" if current.get("frequency") else ""
 st.caption(f"Mention #{current['position']} of {total}{status}{rows}")
+if st.session_state.get(SKIPPED) == mid:  # a lead met this: the page came back to the same mention, unexplained
+    st.info("You skipped this mention, and it is the only one left for you in this batch: the others are decided or "
+            "wait for colleagues or a lead. It comes back until someone decides it.", icon=":material/redo:")
 if current.get("status") == "flagged":  # served to leads: the coder's question comes with it
     with _ui.session() as s:
         flag = services.mention(s, mid)["decision"] or {}
@@ -444,7 +445,7 @@ if any(pressed) and not st.session_state.pop(HEARD, False):
     st.warning("Your click or key came as the app was restarting and was not received: nothing saved. Press it "
                "again.", icon=":material/refresh:")
 st.session_state.pop(HEARD, None)
-acts.button("Clear the box", on_click=on_clear, args=(mid,), key=f"clear_{mid}", width="stretch",
+acts.button("Clear the box", on_click=set_box, args=(mid, []), key=f"clear_{mid}", width="stretch",
              type="tertiary")
 
 st.markdown('<div class="tn-keys">Keys: ' + " · ".join(f"<kbd>{k}</kbd> {what}" for k, what in SHORTCUTS)

@@ -272,6 +272,27 @@ def test_skip_moves_on_and_comes_back_last(db_url):
     assert current_id(at) != mid
 
 
+def test_skipping_the_only_mention_left_says_why_it_comes_back(db_url):
+    """A lead skipped the one mention left for them and met it again at once, with no word why."""
+    start()  # the first run seeds the demo vocabularies
+    small = add_batch(db_url, ["右侧甲状腺肿瘤切除术", "胆囊切除"], name="two left")
+    at = start(batch=small)
+    first = current_id(at)
+    with services.session_scope(db_url) as s:
+        other = next(m["id"] for m in services.mentions(s, small) if m["id"] != first)
+        assert services.claim(s, other, "dana")  # a colleague holds the other one
+    assert not [i for i in at.info if "only one left" in i.value]
+    at.button(key=f"skip_{first}").click()
+    rerun(at)
+    assert current_id(at) == first and latest(db_url, first)["status"] == "skipped"
+    assert [i.value for i in at.info if "only one left" in i.value] == [
+        "You skipped this mention, and it is the only one left for you in this batch: the others are decided or "
+        "wait for colleagues or a lead. It comes back until someone decides it."]
+    at.button(key=f"accept_{first}").click()  # decided now: the batch holds nothing for this coder
+    rerun(at)
+    assert not [i for i in at.info if "only one left" in i.value]
+
+
 def test_a_lead_opening_a_flagged_mention_reads_the_coder_s_question(db_url):
     """A lead served a flagged mention saw it like any open one: no flag, no comment."""
     start()  # the first run seeds the demo vocabularies
