@@ -272,7 +272,7 @@ def last_saved(s: Session, batch_id: int, username: str) -> dict | None:
                                      "at": row.at}
 
 
-def coded_mentions(s: Session, vocabulary_id: int) -> list[LabelledMention]:
+def coded_mentions(s: Session, vocabulary_id: int, after: int = 0) -> list[LabelledMention]:
     """Mentions whose latest decision accepted or corrected terms: the engine's coded history.
 
     One per distinct mention text and document (the most recent decision wins; the engine reads a mention
@@ -282,12 +282,14 @@ def coded_mentions(s: Session, vocabulary_id: int) -> list[LabelledMention]:
     re-review: their term was retired or re-coded, or a lead questioned them
     (the engine would otherwise put a retired term back among its terms:
     ``Engine`` adds the coded history's names to the vocabulary), and decisions stating the mention is not
-    related to their terms (:data:`NOT_RELATED`).
+    related to their terms (:data:`NOT_RELATED`). ``after``: only decisions with a greater id (those made since a
+    catch-up that read up to it).
     """
     q = (select(Mention.text, Decision.terms, Mention.source_row, Mention.document)
          .join(Decision, Decision.mention_id == Mention.id).join(Batch, Batch.id == Mention.batch_id)
          .where(Batch.vocabulary_id == vocabulary_id, Decision.is_latest,
-                Decision.action.in_(("accept", "correct")), Decision.review_status != "needs_rereview", MAPS)
+                Decision.action.in_(("accept", "correct")), Decision.review_status != "needs_rereview", MAPS,
+                Decision.id > after)
          .order_by(Decision.id))
     latest: dict[tuple, LabelledMention] = {}
     for text, terms, row, document in s.execute(q):  # a text per document: FED is not FED in another note

@@ -190,10 +190,21 @@ def audit_mark(url: str | None) -> int:
         return int(s.scalar(select(func.max(AuditLog.id))) or 0)
 
 
-def catch_up(engine: Engine, url: str | None, vocabulary_id: int) -> list[str]:
-    """What coders taught while ``engine`` was being built (decisions, synonyms, abbreviations), from the
-    database; the mention texts and synonyms it learnt."""
+def decision_mark(url: str | None) -> int:
+    """The newest decision's id: a later :func:`catch_up` given it reads only the decisions made since."""
+    from sqlalchemy import func, select
+
+    from db.models import Decision
+
     with services.session_scope(url) as s:
-        history = services.coded_mentions(s, vocabulary_id)
+        return int(s.scalar(select(func.max(Decision.id))) or 0)
+
+
+def catch_up(engine: Engine, url: str | None, vocabulary_id: int, after_decision: int = 0) -> list[str]:
+    """What coders taught while ``engine`` was being built (decisions, synonyms, abbreviations), from the
+    database; the mention texts and synonyms it learnt. ``after_decision``: read only the decisions made after
+    that one (:func:`decision_mark`, taken before an earlier catch-up), not the whole coded history again."""
+    with services.session_scope(url) as s:
+        history = services.coded_mentions(s, vocabulary_id, after=after_decision)
         synonyms = services.user_synonyms(s, vocabulary_id)
     return learn_history(engine, history) + _learn_vocabulary(engine, synonyms, url, vocabulary_id)

@@ -173,6 +173,17 @@ def test_the_api_answers_with_what_coders_taught_in_the_app_since_it_started(api
         time.sleep(0.5)
     assert answers[-1] == [coded], (guess, coded, answers[-3:])
     assert time.time() - t0 < 30  # FRESH_S, and a catch-up's reading of the history
+    # re-coded: read by a catch-up that reads only the decisions made since the one before
+    again = next(c["term"] for c in out["results"][0]["candidates"] if c["term"] != coded)
+    with services.session_scope(db_url) as s:
+        services.record_decision(s, services.mentions(s, bid)[0]["id"], "cora", "correct", [again])
+    t0, answers = time.time(), []
+    while time.time() - t0 < 60 and (not answers or answers[-1] != [again]):
+        answers.append(_call(api["base"], "/normalize", api["token"], {"mentions": [text],
+                                                                       "vocabulary": "demo-procedures"})[1]
+                       ["results"][0]["chosen"])
+        time.sleep(0.5)
+    assert answers[-1] == [again], (coded, again, answers[-3:])
 
 
 def test_a_large_call_does_not_hold_up_a_small_one(api):
