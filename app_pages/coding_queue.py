@@ -48,9 +48,11 @@ if ctx.vocabulary_id is None or ctx.batch_id is None:
     st.stop()
 
 holder = ctx.holder()
-# a lead or admin passing by only looks: the mention is claimed (kept from colleagues) when they act on it
+# a lead or admin passing by only looks: the mention is claimed when they act on it; from then on they code in the
+# batch (a user test's lead, shown the mention a coder was served next, had 44 of 94 presses refused)
+CODING = "_leads_coding_in"  # the batches this lead has decided in, this session
 user = _ui.current_user()
-passing_by = bool(user) and auth.has_role(user["role"], "lead")
+passing_by = bool(user) and auth.has_role(user["role"], "lead") and ctx.batch_id not in st.session_state.get(CODING, ())
 with _ui.session_lock(), _ui.session() as s:
     batch = next(b for b in services.batches(s, ctx.vocabulary_id) if b["id"] == ctx.batch_id)
     done, total = services.batch_progress(s, ctx.batch_id)
@@ -158,8 +160,8 @@ def _decide(mention_id: int, action: str, terms=(), comment: str = "", codes=Non
         return
     since_last = _ui.claim_decision_slot(MIN_GAP_S)
     if since_last is not None:  # the one before may still be saving (a second script thread): not named here
-        _ui.flash("warning", f"Ignored a second click or key {since_last:.2f} s after your previous one: nothing more "
-                             "saved. “Last saved” at the top says what the previous one saved.")
+        _ui.flash("warning", f"Ignored a second click or key, which reached the server {since_last:.2f} s after your "
+                             "previous one: nothing more saved. “Last saved” at the top says what that one saved.")
         return
     # none set: the default record_decision gives, here too (a not-related default must not be taught as a coding)
     relationship = (st.session_state.get(rel_key) or services.default_relationship(terms, sent_back)) if terms \
@@ -170,6 +172,7 @@ def _decide(mention_id: int, action: str, terms=(), comment: str = "", codes=Non
                 _forget(mention_id)
                 _ui.flash("warning", "Ignored: a colleague has this mention on screen, or it was decided meanwhile.")
                 return
+        st.session_state[CODING] = {*st.session_state.get(CODING, ()), ctx.batch_id}
     try:
         _ui.decide(ctx, mention_id, text, action, terms, comment, shown=SHOWN, codes=codes,
                    relationship=relationship, screen=sug)
@@ -474,11 +477,9 @@ with st.expander("Teach a synonym: this mention (or part of it) is another name 
     sc[2].button("Add synonym", on_click=on_synonym, args=(mid,), key=f"syn_add_{mid}", width="stretch")
 
 
-# the mention on screen, echoed back by the browser with every click or key (see ON_SCREEN); drawn last, so a
-# browser that has it has the whole page of this mention; hidden (CSS in _ui.CSS)
-# (set here, not earlier: a run cut short by a click must leave neither drawn_at nor the echo of this mention;
-# drawn_at is when the mention first appeared: a key that redraws it, such as a relationship, must not restart the
-# dwell, or the save pressed next is refused as "too soon to have read it")
+# the mention on screen, echoed back with every click or key (ON_SCREEN); drawn last (a browser that has it has the
+# whole page), hidden (_ui.CSS). Set here: a run cut short by a click leaves neither it nor drawn_at, which is when the
+# mention first appeared (a relationship key redraws it; the dwell must not restart, or Save is refused "too soon")
 st.session_state.setdefault(f"drawn_at_{mid}", time.time())
 st.session_state[ON_SCREEN] = str(mid)
 st.text_input("mention on screen", key=ON_SCREEN, label_visibility="collapsed")

@@ -293,6 +293,31 @@ def test_skipping_the_only_mention_left_says_why_it_comes_back(db_url):
     assert not [i for i in at.info if "only one left" in i.value]
 
 
+def test_a_lead_who_decides_in_a_batch_then_holds_the_mentions_shown_as_a_coder_does(db_url):
+    """A lead opening the queue only looks (nothing claimed). A user test's lead then coded beside a coder: each
+    mention on the lead's screen was the one the coder was served next, and 44 of the lead's 94 presses were
+    refused as a colleague's. Once a lead decides in a batch, the mentions shown to them are claimed."""
+    start()  # the first run seeds the demo vocabularies
+    small = add_batch(db_url, ["右侧甲状腺肿瘤切除术", "胆囊切除", "阑尾切除术"], name="side by side")
+    with services.session_scope(db_url) as s:
+        services.ensure_user(s, "lead", role="lead")
+    at = start(batch=small, coder="lead")
+    first = current_id(at)
+
+    def held() -> dict:
+        with services.session_scope(db_url) as s:
+            return {c["mention_id"]: c["coder"] for c in services.claims(s, small)}
+
+    assert held() == {}  # passing by: only looks
+    at.button(key=f"skip_{first}").click()
+    rerun(at)
+    second = current_id(at)
+    assert second != first and held() == {second: "lead"}
+    with services.session_scope(db_url) as s:
+        assert services.next_mention(s, small, "dana")["id"] not in (first, second)  # the coder beside is not
+        # served what the lead is reading
+
+
 def test_a_lead_opening_a_flagged_mention_reads_the_coder_s_question(db_url):
     """A lead served a flagged mention saw it like any open one: no flag, no comment."""
     start()  # the first run seeds the demo vocabularies
