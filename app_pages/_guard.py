@@ -54,7 +54,9 @@ _DWELL_GUARD = """
     clearTimeout(g.hide); g.hide = setTimeout(() => { n.style.display = 'none'; }, 2500);
   };
   const drop = (e, reason) => {
-    e.stopImmediatePropagation(); e.preventDefault(); say('Not taken: ' + reason + '. Nothing saved; press again.');
+    e.stopImmediatePropagation(); e.preventDefault();
+    say('Not taken: ' + reason + '. Nothing saved by this press; press again once the page is still, if you '
+        + 'meant it for the mention then on screen.');
   };
   // a run the server starts sets the app's script state to running: a press it answered is followed by one, or
   // by the next mention; the end of a run begun before the press is no answer (a browser test: the click sent

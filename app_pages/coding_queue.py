@@ -1,11 +1,10 @@
-"""Coding queue: one mention at a time, the engine's ranked candidates, one key to decide.
-
-Reads top to bottom like the screen: batch progress, the mention with its keywords highlighted, what the engine
-proposes (how many terms, how sure), the ranked candidates with every score and the keyword agreement, the terms to
-save (candidates, vocabulary search), then the actions. Each decision is committed to the database
-(``db.services.record_decision``) before the engine learns it and the queue moves on; suggestions for the next
-mentions are prepared after the page is drawn, so the next one is a database read. The mention shown is claimed for
-this coder, so colleagues on the same batch are shown other mentions (``db.services.next_mention``).
+"""Coding queue: one mention at a time, the engine's ranked candidates, one key to decide. Reads top to bottom like the
+screen: batch progress, the mention with its keywords highlighted, what the engine proposes (how many terms, how
+sure), the ranked candidates with every score and the keyword agreement, the terms to save (candidates, vocabulary
+search), then the actions. Each decision is committed to the database (``db.services.record_decision``) before the
+engine learns it and the queue moves on; suggestions for the next mentions are prepared after the page is drawn, so
+the next one is a database read. The mention shown is claimed for this coder, so colleagues on the same batch are
+shown other mentions (``db.services.next_mention``).
 """
 
 import time
@@ -166,13 +165,13 @@ def _decide(mention_id: int, action: str, terms=(), comment: str = "", codes=Non
     # none set: the default record_decision gives, here too (a not-related default must not be taught as a coding)
     relationship = (st.session_state.get(rel_key) or services.default_relationship(terms, sent_back)) if terms \
         else None
-    if passing_by:
+    if passing_by:  # a lead pressing a decision means to code here: claimed from now on, even if this one is refused
+        st.session_state[CODING] = {*st.session_state.get(CODING, ()), ctx.batch_id}
         with _ui.session() as s:
             if not services.claim(s, mention_id, ctx.username):
                 _forget(mention_id)
                 _ui.flash("warning", "Ignored: a colleague has this mention on screen, or it was decided meanwhile.")
                 return
-        st.session_state[CODING] = {*st.session_state.get(CODING, ()), ctx.batch_id}
     try:
         _ui.decide(ctx, mention_id, text, action, terms, comment, shown=SHOWN, codes=codes,
                    relationship=relationship, screen=sug)
@@ -289,7 +288,9 @@ status = {"skipped": " · skipped before", services.REREVIEW: " · re-review",
           "flagged": " · flagged for a lead"}.get(current.get("status"), "")
 rows = f" · {current['frequency']:,} source rows share this text" if current.get("frequency") else ""
 st.caption(f"Mention #{current['position']} of {total}{status}{rows}")
-if st.session_state.get(SKIPPED) == mid:  # a lead met this: the page came back to the same mention, unexplained
+# skipped and served again (a lead met it, unexplained): said, and the page scrolls to its top, where the note is
+showing = f"{mid}@{st.session_state.get('_last_decision_at')}" if st.session_state.get(SKIPPED) == mid else mid
+if showing != mid:
     st.info("You skipped this mention, and it is the only one left for you in this batch: the others are decided or "
             "wait for colleagues or a lead. It comes back until someone decides it.", icon=":material/redo:")
 if current.get("status") == "flagged":  # served to leads: the coder's question comes with it
@@ -442,8 +443,7 @@ pressed = [acts.button("Save terms", type="primary", shortcut="S", on_click=on_s
                        key=f"reject_{mid}", width="stretch"),
            acts.button("Skip", shortcut="K", on_click=_decide, args=(mid, "skip"), key=f"skip_{mid}",
                        width="stretch")]
-# a press whose callback never ran: the server restarted under the page, and its new session knew no button yet
-# (a user test lost the first click after a restart without a word)
+# a press whose callback never ran: the server restarted under the page, its new session knew no button (user test)
 if any(pressed) and not st.session_state.pop(HEARD, False):
     st.warning("Your click or key came as the app was restarting and was not received: nothing saved. Press it "
                "again.", icon=":material/refresh:")
@@ -485,7 +485,7 @@ st.session_state[ON_SCREEN] = str(mid)
 st.text_input("mention on screen", key=ON_SCREEN, label_visibility="collapsed")
 if MIN_GAP_S > 0:  # the same rule in the browser, where the key press happens (app_pages/_guard.py)
     _ui.page_script(_guard.dwell_guard_html(MIN_GAP_S, keys="saxk12345"), "dwell")  # the shortcuts above
-_ui.page_script(_markup.scroll_to_top_html(mid), "top")  # a new mention opens at its top
+_ui.page_script(_markup.scroll_to_top_html(showing), "top")  # a new mention (or one skipped again) opens at its top
 _ui.page_script(_markup.keys_back_html(), "keys")  # Esc, or a sidebar list's pick, gives the keys back
 if document:  # its document box opens at the definition the engine used (deep in a long note)
     _ui.page_script(_markup.focus_scroll_html(), "focus")

@@ -309,13 +309,19 @@ def test_a_lead_who_decides_in_a_batch_then_holds_the_mentions_shown_as_a_coder_
             return {c["mention_id"]: c["coder"] for c in services.claims(s, small)}
 
     assert held() == {}  # passing by: only looks
-    at.button(key=f"skip_{first}").click()
-    rerun(at)
-    second = current_id(at)
-    assert second != first and held() == {second: "lead"}
     with services.session_scope(db_url) as s:
-        assert services.next_mention(s, small, "dana")["id"] not in (first, second)  # the coder beside is not
-        # served what the lead is reading
+        assert services.claim(s, first, "dana")  # the coder beside was served it meanwhile
+    at.button(key=f"skip_{first}").click()  # refused, but the lead means to code here
+    rerun(at)
+    assert any("a colleague has this mention on screen" in w.value for w in at.warning)
+    second = current_id(at)
+    assert second != first and held() == {first: "dana", second: "lead"}
+    at.button(key=f"skip_{second}").click()
+    rerun(at)
+    third = current_id(at)
+    assert third not in (first, second) and held() == {first: "dana", third: "lead"}
+    with services.session_scope(db_url) as s:
+        assert services.next_mention(s, small, "dana")["id"] == first  # the coder keeps theirs; never the lead's
 
 
 def test_a_lead_opening_a_flagged_mention_reads_the_coder_s_question(db_url):
