@@ -206,6 +206,16 @@ def test_a_press_while_the_page_is_drawn_is_refused_in_words(app, page):
     assert [(r["mention_id"], r["action"]) for r in decisions(app["url"])] == [(first, "skip"), (second, "skip")]
 
 
+def first_mention_still(app, pg):
+    """The home page's first mention, past the dwell rule (MIN_GAP_S), and the browser guard's note."""
+    pg.goto(app["base"] + "/")
+    pg.wait_for_selector("table.tn-cands")
+    settle(pg)
+    first = on_screen(pg)
+    pg.wait_for_timeout(600)
+    return first, pg.locator("[data-testid='tn-not-yet']")
+
+
 def test_a_press_the_server_does_not_answer_is_said_and_can_be_repeated(app, page):
     """A browser test lost a Skip twice while another engine was being built: no run began, nothing on the page,
     and the skip was saved only with the coder's next click, minutes later. A press the server has not answered
@@ -213,12 +223,7 @@ def test_a_press_the_server_does_not_answer_is_said_and_can_be_repeated(app, pag
     once."""
     import signal
 
-    page.goto(app["base"] + "/")
-    page.wait_for_selector("table.tn-cands")
-    settle(page)
-    first = on_screen(page)
-    page.wait_for_timeout(600)  # past the dwell rule (MIN_GAP_S)
-    note = page.locator("[data-testid='tn-not-yet']")
+    first, note = first_mention_still(app, page)
     os.kill(app["pid"], signal.SIGSTOP)
     try:
         button(page, f"skip_{first}").click()
@@ -246,35 +251,40 @@ def test_a_press_the_server_does_not_answer_is_said_and_can_be_repeated(app, pag
     assert [(r["mention_id"], r["action"]) for r in decisions(app["url"])] == [(first, "skip"), (second, "skip")]
 
 
+def two_presses_behind_a_held_save(app, pg, press, press_again) -> None:
+    """Both presses made while the server is paused (SIGSTOP: queued, as under load); once it resumes, the first
+    one's save waits 2 s at the database: another connection holds SQLite's write lock (readers do not wait)."""
+    import signal
+    import sqlite3
+
+    writer = sqlite3.connect(app["url"].removeprefix("sqlite:///"), isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")
+    try:
+        os.kill(app["pid"], signal.SIGSTOP)
+        try:
+            press()
+            press_again()
+        finally:
+            os.kill(app["pid"], signal.SIGCONT)
+        pg.wait_for_timeout(2000)  # both runs have begun; the first one's save waits on the lock
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+
+
 def test_a_press_queued_behind_a_save_does_not_redraw_the_mention_it_decided(app, page):
     """Streamlit's fast reruns start a new script thread for a press that arrives while the run before is still
     saving. That run read the queue before the save was committed and drew the mention just skipped again (seen
     once in the test above). Here the first save is held at the database: another connection holds SQLite's
     write lock while both presses reach the server. The page must move on, with one decision."""
-    import signal
-    import sqlite3
+    first, note = first_mention_still(app, page)
 
-    page.goto(app["base"] + "/")
-    page.wait_for_selector("table.tn-cands")
-    settle(page)
-    first = on_screen(page)
-    page.wait_for_timeout(600)  # past the dwell rule (MIN_GAP_S)
-    note = page.locator("[data-testid='tn-not-yet']")
-    writer = sqlite3.connect(app["url"].removeprefix("sqlite:///"), isolation_level=None)
-    writer.execute("BEGIN IMMEDIATE")  # the write lock: the server's save waits for it (readers do not)
-    try:
-        os.kill(app["pid"], signal.SIGSTOP)  # so that both presses are queued, as under load
-        try:
-            button(page, f"skip_{first}").click()
-            page.wait_for_function("document.querySelector(\"[data-testid='tn-not-yet']\")?.style.display === "
-                                   "'block'", timeout=6000)
-            button(page, f"skip_{first}").click()  # pressed again, as the page's note says
-        finally:
-            os.kill(app["pid"], signal.SIGCONT)
-        page.wait_for_timeout(2000)  # both runs have begun; the first one's save waits on the lock
-    finally:
-        writer.execute("ROLLBACK")
-        writer.close()
+    def press() -> None:
+        button(page, f"skip_{first}").click()
+        page.wait_for_function("document.querySelector(\"[data-testid='tn-not-yet']\")?.style.display === 'block'",
+                               timeout=6000)
+
+    two_presses_behind_a_held_save(app, page, press, button(page, f"skip_{first}").click)  # again, as the note says
     quiet(page, app["url"])
     assert [(r["mention_id"], r["action"]) for r in decisions(app["url"])] == [(first, "skip")]
     assert on_screen(page) != first
@@ -286,9 +296,6 @@ def test_a_press_queued_behind_a_save_does_not_redraw_the_mention_it_decided(app
 def test_an_annotators_save_queued_behind_a_save_does_not_redraw_the_mention_answered(app, page):
     """The same on the Annotate page: a second Save that reaches the server while the first is held at the
     database waits for it, and the page then shows the next mention of the gold task with one answer saved."""
-    import signal
-    import sqlite3
-
     from db import gold, services
 
     with services.session_scope(app["url"]) as s:
@@ -303,20 +310,7 @@ def test_an_annotators_save_queued_behind_a_save_does_not_redraw_the_mention_ans
     page.locator(f".st-key-an_q_{task}_{first} input").fill("胆囊")
     page.locator(f".st-key-an_add_{task}_{first}_0 button").click()
     settle(page)
-    writer = sqlite3.connect(app["url"].removeprefix("sqlite:///"), isolation_level=None)
-    writer.execute("BEGIN IMMEDIATE")  # the write lock: the server's save waits for it (readers do not)
-    try:
-        os.kill(app["pid"], signal.SIGSTOP)  # so that both presses are queued, as under load
-        try:
-            save.click()
-            page.wait_for_timeout(500)
-            save.click()
-        finally:
-            os.kill(app["pid"], signal.SIGCONT)
-        page.wait_for_timeout(2000)  # both runs have begun; the first one's save waits on the lock
-    finally:
-        writer.execute("ROLLBACK")
-        writer.close()
+    two_presses_behind_a_held_save(app, page, lambda: (save.click(), page.wait_for_timeout(500)), save.click)
     page.locator(f".st-key-an_save_{task}_{second} button").wait_for(timeout=15000)
     settle(page)
     assert page.locator(f".st-key-an_save_{task}_{first} button").count() == 0
