@@ -158,7 +158,9 @@ class _Engines:
                 decided = serving.decision_mark(url)  # before the read: a decision made during it is read next time
                 for text in serving.catch_up(holder.engine, url, vocabulary_id, after_decision=fresh.decided):
                     holder._learnt(text)
-                fresh.audit, fresh.decided = newest, decided
+                # from the mark one catch-up back: on PostgreSQL a decision numbered below the newest may commit
+                # after it was read (concurrent coders), and is then read by the next catch-up
+                fresh.audit, fresh.decided, fresh.decided_next = newest, fresh.decided_next, decided
             fresh.read_at = time.monotonic()
 
 
@@ -168,6 +170,7 @@ class _Freshness:
     read_at: float = 0.0
     audit: int | None = None
     decided: int = 0  # the engine was built from the database: its first catch-up reads every decision
+    decided_next: int = 0
 
 
 #: how late the API may answer after a coder taught something in the app (seconds): a catch-up reads the decisions
