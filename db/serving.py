@@ -182,22 +182,23 @@ def learn_history(engine: Engine, history) -> list[str]:
 def audit_mark(url: str | None) -> int:
     """The newest audit entry's id: it changes with every decision, synonym and abbreviation (all audited), so an
     engine in another process knows when to catch up (:func:`catch_up`)."""
-    from sqlalchemy import func, select
-
     from db.models import AuditLog
 
-    with services.session_scope(url) as s:
-        return int(s.scalar(select(func.max(AuditLog.id))) or 0)
+    return _newest_id(url, AuditLog.id)
 
 
 def decision_mark(url: str | None) -> int:
     """The newest decision's id: a later :func:`catch_up` given it reads only the decisions made since."""
-    from sqlalchemy import func, select
-
     from db.models import Decision
 
+    return _newest_id(url, Decision.id)
+
+
+def _newest_id(url: str | None, column) -> int:
+    from sqlalchemy import func, select
+
     with services.session_scope(url) as s:
-        return int(s.scalar(select(func.max(Decision.id))) or 0)
+        return int(s.scalar(select(func.max(column))) or 0)
 
 
 def catch_up(engine: Engine, url: str | None, vocabulary_id: int, after_decision: int = 0) -> list[str]:
