@@ -154,12 +154,14 @@ class _Engines:
             if time.monotonic() - fresh.read_at < FRESH_S:
                 return
             newest = serving.audit_mark(url)  # every decision, synonym and abbreviation is audited
-            if newest != fresh.audit:
+            # once more after a change, though nothing changed since: on PostgreSQL a write numbered below the newest
+            # may commit after that was read (concurrent coders), and no later mark would then say so
+            if newest != fresh.audit or not fresh.settled:
                 decided = serving.decision_mark(url)  # before the read: a decision made during it is read next time
                 for text in serving.catch_up(holder.engine, url, vocabulary_id, after_decision=fresh.decided):
                     holder._learnt(text)
-                # from the mark one catch-up back: on PostgreSQL a decision numbered below the newest may commit
-                # after it was read (concurrent coders), and is then read by the next catch-up
+                # from the mark one catch-up back, for the same reason
+                fresh.settled = newest == fresh.audit
                 fresh.audit, fresh.decided, fresh.decided_next = newest, fresh.decided_next, decided
             fresh.read_at = time.monotonic()
 
@@ -171,6 +173,7 @@ class _Freshness:
     audit: int | None = None
     decided: int = 0  # the engine was built from the database: its first catch-up reads every decision
     decided_next: int = 0
+    settled: bool = False  # the last catch-up found nothing new: the next reads only after a change
 
 
 #: how late the API may answer after a coder taught something in the app (seconds): a catch-up reads the decisions

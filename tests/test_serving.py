@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 from helpers import need
 
 from db import serving, services
@@ -158,3 +159,58 @@ def test_a_catch_up_reads_only_the_decisions_made_since_the_one_before(db_url):
     assert serving.catch_up(engine, db_url, vid, after_decision=mark) == ["右侧甲状腺次全切"]
     assert serving.catch_up(engine, db_url, vid, after_decision=serving.decision_mark(db_url)) == []
     assert serving.catch_up(engine, db_url, vid) == ["阑尾切除伴腹腔引流"]  # the whole history: the one skipped
+
+
+def test_the_api_learns_a_decision_committed_after_a_newer_one_was_read(deployment_url, monkeypatch):
+    """On PostgreSQL two coders' decisions commit in any order: one numbered below the newest can commit after the
+    API read the newest, and no later mark says so. The API catches up once more after every change, from the mark
+    one catch-up back, so it learns that decision though nobody decides anything after it."""
+    import threading
+
+    from sqlalchemy.orm import Session
+
+    from db import http_api
+
+    if not deployment_url.startswith("postgresql"):
+        pytest.skip("PostgreSQL narrowed out of this run (TERMNORM_TEST_BACKENDS): SQLite has one writer at a time")
+    monkeypatch.setenv("TERMNORM_DB_URL", deployment_url)
+    monkeypatch.setattr(http_api, "FRESH_S", 0.0)
+    vocab = demo_vocabulary()
+    texts = ["阑尾切除伴腹腔引流", "右侧甲状腺次全切", "胆囊切除加胆道探查"]
+    with services.session_scope(deployment_url) as s:
+        vid = services.load_vocabulary(s, vocab, "demo")
+        mids = [m["id"] for m in services.mentions(s, services.create_batch(s, "ward 9", vid, texts))]
+    engines = http_api._Engines()
+    holder = engines.get(vid)[1]
+    with services.session_scope(deployment_url) as s:
+        services.record_decision(s, mids[0], "cora", "correct", [vocab.names[0]])
+    engines.get(vid), engines.get(vid)  # the change, and the catch-up once more after it: settled
+    flushed, release = threading.Event(), threading.Event()
+    real_commit = Session.commit
+
+    def late_commit(self):  # the first coder's transaction is flushed (its ids taken), and commits when released
+        if threading.current_thread().name == "late":
+            self.flush()
+            flushed.set()
+            assert release.wait(60)
+        real_commit(self)
+
+    monkeypatch.setattr(Session, "commit", late_commit)
+
+    def late():
+        with services.session_scope(deployment_url) as s:
+            services.record_decision(s, mids[1], "dora", "correct", [vocab.names[1]])
+
+    first = threading.Thread(target=late, name="late")
+    first.start()
+    assert flushed.wait(60)
+    with services.session_scope(deployment_url) as s:  # the second coder's, numbered after it, commits first
+        services.record_decision(s, mids[2], "cora", "correct", [vocab.names[2]])
+    engines.get(vid)
+    assert holder.engine.suggest_batch([texts[2]])[0].chosen == [vocab.names[2]]
+    assert holder.engine.suggest_batch([texts[1]])[0].chosen != [vocab.names[1]]  # not committed when read
+    release.set()
+    first.join(60)
+    assert not first.is_alive()
+    engines.get(vid)  # nothing decided since: the audit mark is the one read before
+    assert holder.engine.suggest_batch([texts[1]])[0].chosen == [vocab.names[1]]
