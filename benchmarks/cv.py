@@ -66,8 +66,9 @@ Rows that change what the candidates carry refit those per outer fold too
 - ``no_termclf``     without the per-term text classifier;
 - ``with_termclf``   with it, for a set whose setting leaves it out (how NCBI's was decided);
 - ``no_split``       multi-part mentions not split (``Engine(split=False)``);
-- ``category``       with the hierarchy scores (termnorm.rank.hierarchy: the best history score among the
-                     other candidates of the candidate's code category; off by default, measured);
+- ``category``       with the hierarchy scores (termnorm.rank.hierarchy: the best history score among the other
+                     candidates of the candidate's code category; off, measured); ``family`` the family priors
+                     (termnorm.rank.family: how often coders use the code's family);
 - ``synthetic``      a quarter as many made-up mentions of never-coded terms as training mentions join the
                      ranker's training examples (termnorm.rank.synthetic: coders' keyword rewrites run
                      backwards); ``synthetic_10`` a tenth;
@@ -79,10 +80,8 @@ Rows that change what the candidates carry refit those per outer fold too
 - ``short_forms``    the built-in Chinese short forms read by the recall (上感 → 上呼吸道感染; termnorm.text.short_forms);
 - ``no_documents``   mentions read without their documents (a PubTator set's abstracts: the abbreviations
                      they define are not spelled out, termnorm.context);
-- ``coded_key``      history recall by coded key too (``--history-extras key``:
-                     :class:`termnorm.recall.history.CodedKeyRecaller`);
-- ``history_extras`` that and analogy recall (``--history-extras key,analogy``:
-                     :class:`termnorm.recall.analogy.AnalogyRecaller`);
+- ``coded_key``      history recall by coded key too (``--history-extras key``: recall.history.CodedKeyRecaller);
+- ``history_extras`` that and analogy recall (``--history-extras key,analogy``: recall.analogy.AnalogyRecaller);
 - ``bag_3``          three rankers on three K-fold splits of the history, probabilities averaged
                      (``--bag 3``; three times the candidates' fit);
 - ``dense``          a dense bi-encoder as one more recall strategy (``termnorm evaluate --dense``): each
@@ -139,7 +138,7 @@ ROWS = {
     "with_termclf": dict(term_classifier=True),
     "no_split": dict(split=False),
     "no_documents": dict(documents=False),
-    "category": dict(category_features=True),
+    "category": dict(category_features=True), "family": dict(family_features=True),
     "synthetic": dict(synthetic=0.25),
     "synthetic_10": dict(synthetic=0.1),
     "held_15": dict(held_terms=0.15),
@@ -166,10 +165,10 @@ DEFAULT_ROWS = ("shipped", "ensemble_3", "no_context", "no_part_count", "before"
 #: any of them gets its own ``ranker_training_data``
 DATA_OPTIONS = ("keyword_features", "surface_diff", "term_classifier", "split", "dense", "bag", "history_extras",
                 "documents", "category_features", "synthetic", "held_terms", "dense_score_only", "english_lists",
-                "short_forms")
+                "short_forms", "family_features")
 #: the data options that build the engine or its mentions, not ranker_training_data's
 BUILD_OPTIONS = ("split", "dense", "history_extras", "documents", "category_features", "dense_score_only",
-                 "english_lists", "short_forms")
+                 "english_lists", "short_forms", "family_features")
 #: the permutation of the training file that cuts outer folds 1-4
 SPLIT_SEED = 2026
 
@@ -270,7 +269,8 @@ def run_fold(name: str, data: str, k: int, seed: int, rows: tuple[str, ...] = DE
                      history_extras=dict(data_kw).get("history_extras", ()),
                      dense=_load_dense(dense[dict(data_kw)["dense"]], k, dict(data_kw).get("dense_score_only", False))
                      if dict(data_kw).get("dense") else None)
-        eng.category_features = dict(data_kw).get("category_features", False)
+        eng.category_features, eng.family_features = (dict(data_kw).get(f"{o}_features", False)
+                                                       for o in ("category", "family"))
         out.update({"dense_unindexed": eng.dense.unindexed} if hasattr(eng.dense, "unindexed") else {})
         splits = eng.ranker_training_data(g_train, seed=seed,
                                           **{o: v for o, v in data_kw if o not in BUILD_OPTIONS})

@@ -1,16 +1,13 @@
 """The engine facade: recall -> rank -> fuse behind one object the CLI and the app call.
 
-``Engine`` owns a vocabulary, the keyword tagger, the multi-strategy recall
-union (lexical strategies + history of coded mentions, and the dense
-bi-encoder when a trained model is given), a ranker (the lexical GBM ranker,
-or the keyword-attentive cross-encoder) and the output rule that decides how
-many terms a mention needs. Coded mentions and synonyms added at run time
-take effect on the next query without retraining (approach E's sieve: an
-exact normalized match of an already-coded mention returns its terms).
+``Engine`` owns a vocabulary, the keyword tagger, the multi-strategy recall union (lexical strategies + history
+of coded mentions, and the dense bi-encoder when a trained model is given), a ranker (the lexical GBM ranker, or
+the keyword-attentive cross-encoder) and the output rule that decides how many terms a mention needs. Coded
+mentions and synonyms added at run time take effect on the next query without retraining (approach E's sieve:
+an exact normalized match of an already-coded mention returns its terms).
 
-This module builds the engine, serves mentions and learns coded ones; fitting its ranker is
-:mod:`termnorm.fitting`, saving and loading :mod:`termnorm.persist`, the demo assets :mod:`termnorm.demo`
-and :func:`~termnorm.evaluate.evaluate_engine` measures it (all importable from here as before).
+This module builds the engine, serves mentions and learns coded ones; fitting its ranker is :mod:`termnorm.fitting`,
+saving and loading :mod:`termnorm.persist`, the demo assets :mod:`termnorm.demo` (all importable from here).
 """
 
 from __future__ import annotations
@@ -208,9 +205,12 @@ class Engine:
             self.prior.annotate(list(mentions), cand_lists, [self._n_parts(m) for m in mentions])
 
     def _category_scores(self, cand_lists) -> None:
-        """Scores "category1/2" (termnorm.rank.hierarchy) when switched on (``category_features``; off: measured)."""
+        """Scores "category1/2" (termnorm.rank.hierarchy) when switched on (``category_features``; off: measured) and
+        "family_*" (termnorm.rank.family) when a family prior is fitted (``family_features``; off: measured)."""
         if getattr(self, "category_features", False):
             hierarchy.annotate(self.vocabulary, cand_lists, self.__dict__.setdefault("_categories", {}))
+        if getattr(self, "family_prior", None) is not None:  # getattr: engines pickled before it existed
+            self.family_prior.annotate(cand_lists)
 
     def _kar_scores(self, mentions, cand_lists) -> None:
         """The keyword-attentive ranker's P(match) for every candidate, kept as score "kar"."""

@@ -130,6 +130,10 @@ def ranker_training_data(engine: Engine, train: list[LabelledMention], folds: in
     if surface_diff:
         engine.meta["surface_diff_seconds"] = round(surface_s, 2)
     engine.fit_term_classifier(real, enabled=term_classifier and with_history)
+    if getattr(engine, "family_features", False) and with_history:  # inference's: every coded training mention
+        from termnorm.rank.family import FamilyPrior
+
+        engine.family_prior = FamilyPrior(engine.vocabulary).fit(real)
     return splits
 
 
@@ -245,7 +249,11 @@ def fit_term_classifier(engine: Engine, train: list[LabelledMention], enabled: b
 def kfold_candidates(engine: Engine, items: list[LabelledMention], fold_of, with_history: bool = True,
                      progress: bool = False, term_classifier: bool = True):
     """:meth:`termnorm.engine.Engine.kfold_candidates`."""
+    from termnorm.rank.family import FamilyPrior
+
     order, cand_lists, hcounts = [], [], []
+    family = getattr(engine, "family_features", False) and with_history  # per fold, on the other folds' mentions
+    engine.family_prior, family_cache = None, {}
     shares = with_history if isinstance(with_history, tuple) else None
     with_history = bool(with_history)
     it = sorted(set(int(f) for f in fold_of))
@@ -278,6 +286,7 @@ def kfold_candidates(engine: Engine, items: list[LabelledMention], fold_of, with
             hcounts.append(len(hit) if hit else 0)
         engine._kar_scores(texts, cl)
         engine._prior_scores(texts, cl)
+        engine.family_prior = FamilyPrior(engine.vocabulary, family_cache).fit(outside) if family else None
         engine._category_scores(cl)
         document.annotate(engine.vocabulary, texts, [getattr(items[i], "document", "") for i in inside], cl)
     return order, cand_lists, hcounts

@@ -39,3 +39,33 @@ def test_the_engine_scores_categories_only_when_switched_on():
     cands = eng.recall_batch(["甲状腺肿物切除"])[0]
     by = {c.term: c.scores for c in cands}
     assert by["甲状腺病损切除术"].get("category1", 0) > 0 and "category1" not in by.get("胆囊切除术", {})
+
+
+def test_family_priors_lift_the_code_families_coders_use_and_are_fitted_on_the_other_folds():
+    """termnorm.rank.family: a never-coded term of a family coders use often (MeSH D…) scores above one of a
+    family they rarely use (supplementary C…); the ranker's K-fold candidates get priors fitted without their
+    own fold."""
+    from termnorm.rank.family import FamilyPrior, code_shape
+
+    v = Vocabulary(name="medic", language="en")
+    for name, code in [("Breast Neoplasms", "D001943"), ("Ovarian Neoplasms", "D010051"), ("Colonic Neoplasms",
+                       "D003110"), ("Breast cancer, early-onset", "C565102"), ("Ovarian cancer 2", "C564331"),
+                       ("Colon cancer 4", "C567890"), ("Colon cancer 5", "C567891")]:
+        v.add_term(name, [code])
+    assert code_shape(["D001943", "OMIM:114480"]) == "D999999|OMIM:999999"
+    coded = [LabelledMention("breast cancer", ["Breast Neoplasms"]),
+             LabelledMention("ovarian cancer", ["Ovarian Neoplasms"]),
+             LabelledMention("breast and ovarian cancer", ["Breast Neoplasms", "Ovarian Neoplasms"])]
+    prior = FamilyPrior(v).fit(coded)
+    cands = [Candidate(2, "Colonic Neoplasms"), Candidate(6, "Colon cancer 5")]  # neither ever coded
+    prior.annotate([cands])
+    d, c = (x.scores["family_code"] for x in cands)
+    assert d > 0 > c  # 4 of 4 coded pairs are D… where 3 of 7 terms are
+    eng = Engine(v, history=coded, keyword_dir=None)
+    eng.family_features = True
+    splits = eng.ranker_training_data(coded, folds=3)
+    assert eng.family_prior is not None and eng.family_prior.scores[0] == prior.scores[0]
+    # a training mention's candidates: the prior of the other folds (two pairs fewer for "breast and ovarian")
+    scored = [c.scores["family_code"] for cl in splits[0][1] for c in cl if c.term == "Colonic Neoplasms"]
+    assert scored and all(s < d for s in scored)
+    assert any(c.scores.get("family_code") == d for c in eng.recall_batch(["colon neoplasms"])[0])
