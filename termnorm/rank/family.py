@@ -44,24 +44,25 @@ class FamilyPrior:
 
     def __init__(self, vocabulary, cache: dict | None = None):
         self.vocabulary = vocabulary
-        self._cache = {} if cache is None else cache  # term -> (code shape, category): shared between folds
+        self._cache = {} if cache is None else cache  # what the vocabulary alone gives: shared between folds
+        self._families = self._cache.setdefault("families", {})  # term -> (code shape, category)
         self.scores: list[dict[str, float]] = [{}, {}]
 
     def families(self, term: str) -> tuple[str, str]:
-        got = self._cache.get(term)
+        got = self._families.get(term)
         if got is None:
-            cats = categories(self.vocabulary, term, self._cache.setdefault("_categories", {}))
-            got = self._cache[term] = (code_shape(self.vocabulary.codes.get(term) or []), cats[0] if cats else "")
+            cats = categories(self.vocabulary, term, self._cache.setdefault("categories", {}))
+            got = self._families[term] = (code_shape(self.vocabulary.codes.get(term) or []), cats[0] if cats else "")
         return got
 
     def fit(self, mentions) -> FamilyPrior:
-        if "_terms" not in self._cache:  # how many of the vocabulary's terms each family holds
+        if "terms" not in self._cache:  # how many of the vocabulary's terms each family holds
             per = [Counter(), Counter()]
             for name in self.vocabulary.names:
                 for i, f in enumerate(self.families(name)):
                     per[i][f] += 1
-            self._cache["_terms"] = per
-        terms = self._cache["_terms"]
+            self._cache["terms"] = per
+        terms = self._cache["terms"]
         coded = [Counter(), Counter()]
         for m in mentions:
             for t in dict.fromkeys(m.terms):
