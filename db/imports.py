@@ -2,15 +2,12 @@
 
 Import (``read_mentions`` / ``read_mentions_report``) accepts what coders actually receive:
 
-* CSV / TSV (UTF-8, UTF-8 with BOM, or GB18030 as Excel writes it on Chinese
-  Windows) and XLSX, with a column named ``mention``, ``text`` or ``原始词``
-  and optionally a column of gold terms (``terms``, ``gold``, ``标准词``,
-  ``normalized_result``; several names joined by ``##`` or ``|``);
-* CHIP-CDN JSON (a list of ``{"text", "normalized_result"}`` objects) and
-  JSON lines;
-* in either, optionally the text each mention was found in (column / field
-  ``document``, ``context``, ``note``, ``abstract``, ``原文``, ``病历``): the
-  engine reads the abbreviations it defines and the coding page shows it.
+* CSV / TSV (UTF-8 with or without BOM, UTF-16, or GB18030 / Windows-1252 as Excel writes it on Chinese /
+  Western Windows, with a notice) and XLSX, with a column named ``mention``, ``text`` or ``原始词`` and a column
+  of gold terms if any (``terms``, ``gold``, ``标准词``, ``normalized_result``; several joined by ``##`` or ``|``);
+* CHIP-CDN JSON (a list of ``{"text", "normalized_result"}`` objects) and JSON lines;
+* in either, optionally the text each mention was found in (column / field ``document``, ``context``, ``note``,
+  ``abstract``, ``原文``, ``病历``): the engine reads the abbreviations it defines and the coding page shows it.
 
 No row is dropped without being named: every data row read is either imported
 or an :class:`ImportProblem` (file, row, problem) in the report, and bad rows
@@ -31,6 +28,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import zipfile
 from collections.abc import Collection
 from itertools import islice
@@ -150,8 +148,12 @@ def _read_report(source, name: str | None) -> MentionsRead:
         if _binary(data):
             return _failed(fname, "not a text file: its bytes are binary (an image, a PDF, a damaged file?); import "
                                   "CSV / TSV (UTF-8, GB18030 or UTF-16), XLSX or JSON")
-        rows, nul_rows = _csv_rows(data)
-        return _from_table(fname, rows, None, nul_rows)
+        rows, nul_rows, encoding = _csv_rows(data)
+        out = _from_table(fname, rows, None, nul_rows)
+        if encoding and out.good:  # a guess between the two legacy encodings: said, so a wrong one is seen
+            out.notices.append(ImportProblem(fname, None, f"not UTF-8: read as {LEGACY[encoding]}; if the text "
+                                                          "looks wrong, save the file as UTF-8 and import it again"))
+        return out
     except Exception as e:  # last resort: the UI must get a report, never a traceback
         return _failed(fname, f"unreadable file ({type(e).__name__}: {e})")
 
@@ -206,29 +208,51 @@ def _binary(data: bytes) -> bool:
     return sum(1 for b in head if b < 32 and b not in (9, 10, 12, 13)) > max(8, 0.05 * len(head))
 
 
-def _decode_text(data: bytes) -> str:
-    """UTF-16 with its BOM (Excel's "Unicode text"); else line by line: a line that is UTF-8 is read as UTF-8,
-    and the others as GB18030 when most non-ASCII lines are not UTF-8 (a GBK file), else as undecodable.
+def _decode_text(data: bytes) -> tuple[str, str | None]:
+    """(the text, the legacy encoding its non-UTF-8 lines were read in or None). UTF-16 with its BOM (Excel's
+    "Unicode text"); else line by line: a line that is UTF-8 is read as UTF-8, and the others, when most non-ASCII
+    lines are not UTF-8, as GB18030 (a GBK file) or, when most of those read as Western European text
+    (:func:`_western`), as Windows-1252; else as undecodable.
 
     Line-wise so that one corrupt row is reported (its bytes become U+FFFD) instead of the whole file being
     mis-read, and so that the UTF-8 rows of a file with a few GBK or corrupt ones keep their text.
     """
     if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        return data.decode("utf-16", errors="replace")
+        return data.decode("utf-16", errors="replace"), None
     try:
-        return data.decode("utf-8-sig")
+        return data.decode("utf-8-sig"), None
     except UnicodeDecodeError:
         pass
     lines = data.split(b"\n")
     non_ascii = [ln for ln in lines if not ln.isascii()]
-    gbk = sum(1 for ln in non_ascii if not _decodes(ln, "utf-8")) * 2 > len(non_ascii)
+    legacy = [ln for ln in non_ascii if not _decodes(ln, "utf-8")]
+    encoding = None if len(legacy) * 2 <= len(non_ascii) else "cp1252" if sum(map(_western, legacy)) * 2 > len(
+        legacy) else "gb18030"
 
     def line(ln: bytes) -> str:
         if _decodes(ln, "utf-8"):
             return ln.decode("utf-8")
-        return ln.decode("gb18030" if gbk and _decodes(ln, "gb18030") else "utf-8", errors="replace")
+        return ln.decode(encoding if encoding and _decodes(ln, encoding) else "utf-8", errors="replace")
 
-    return "\n".join(line(ln) for ln in lines).removeprefix("\ufeff")
+    return "\n".join(line(ln) for ln in lines).removeprefix("\ufeff"), encoding
+
+
+LEGACY = {"gb18030": "GBK / GB18030 (Chinese Windows)", "cp1252": "Windows-1252 (Western European)"}
+_LATIN_SANDWICH = re.compile(r"[A-Za-z][^\x00-\x7f][A-Za-z]")
+_TWO_WIDE = re.compile(r"[^\x00-\x7f]{2}")
+
+
+def _western(line: bytes) -> bool:
+    """Whether a line that is not UTF-8 reads as Windows-1252 (Latin-1) text rather than GBK: read as GB18030 it
+    fails, or gives lone Chinese characters inside Latin words (Cholécystectomie -> Chol閏ystectomie: é takes the
+    next letter as its second byte), never two in a row as Chinese text has them."""
+    if not _decodes(line, "cp1252"):
+        return False
+    try:
+        text = line.decode("gb18030")
+    except UnicodeDecodeError:
+        return True
+    return bool(_LATIN_SANDWICH.search(text)) and not _TWO_WIDE.search(text)
 
 
 def _decodes(b: bytes, enc: str) -> bool:
@@ -242,22 +266,21 @@ def _decodes(b: bytes, enc: str) -> bool:
 AGAIN = "import the row again"  # what a row's problem asks; termnorm normalize --input reads by the same rules
 
 
-def _csv_rows(data: bytes) -> tuple[list[tuple[int, list[str] | str]], set[int]]:
-    """(row number, cells or the row's problem) per row, and the rows that held NUL bytes. Rows are numbered
-    as a spreadsheet shows the file (the header is row 1, a quoted note with line breaks is one row), so a
-    row named in the report, and the ``source_row`` exports carry, is the row a person finds in Excel.
+def _csv_rows(data: bytes) -> tuple[list[tuple[int, list[str] | str]], set[int], str | None]:
+    """(row number, cells or the row's problem) per row, the rows that held NUL bytes, and the legacy encoding
+    read (:func:`_decode_text`). Rows are numbered as a spreadsheet shows the file (the header is row 1, a quoted
+    note with line breaks is one row), so a row named in the report, and the ``source_row`` exports carry, is the
+    row a person finds in Excel.
 
-    A stray ``"`` at the start of a cell opens a quoted cell that swallows the
-    following lines into one record. So a record that spans several lines is
-    kept as one row (a quoted note with line breaks in another column is
-    legitimate) only when its mention and terms cells hold
-    no line break and none of its continuation lines reads, on its own, as a
-    row of the file (as many cells as the header, a mention). Otherwise each of
-    its physical lines is read on its own: the line whose quote never closes is
-    reported, the lines below stay rows.
+    A stray ``"`` at the start of a cell opens a quoted cell that swallows the following lines into one record. So
+    a record that spans several lines is kept as one row (a quoted note with line breaks in another column is
+    legitimate) only when its mention and terms cells hold no line break and none of its continuation lines reads,
+    on its own, as a row of the file (as many cells as the header, a mention). Otherwise each of its physical lines
+    is read on its own: the line whose quote never closes is reported, the lines below stay rows.
     """
     # the line breaks the csv module itself recognises (\n, \r\n, a lone \r), so line numbers match a reader's
-    lines = io.StringIO(_decode_text(data), newline="").readlines()
+    text, encoding = _decode_text(data)
+    lines = io.StringIO(text, newline="").readlines()
     # NUL is removed before parsing (some csv versions refuse it) but remembered, for the row's notice
     nul_rows = {n for n, ln in enumerate(lines, start=1) if "\x00" in ln}
     lines = [ln.replace("\x00", "").rstrip("\r\n") for ln in lines]
@@ -271,7 +294,7 @@ def _csv_rows(data: bytes) -> tuple[list[tuple[int, list[str] | str]], set[int]]
     header = filled[header_index(filled)] if filled else None
     col = find_column(header, MENTION_COLUMNS) if header is not None else None
     if records is None or col is None:
-        return per_line, nul_rows  # _from_table reports the header
+        return per_line, nul_rows, encoding  # _from_table reports the header
     tcol = find_column(header, TERMS_COLUMNS)
     spans: list[tuple[range, list[str] | str]] = []  # the lines of each row, its cells
     for start, end, cells in records:
@@ -290,7 +313,7 @@ def _csv_rows(data: bytes) -> tuple[list[tuple[int, list[str] | str]], set[int]]
             spans.extend((range(n, n + 1), c) for n, c in per_line[start - 1:end])
     return ([(row, cells if isinstance(cells, str) else extra_cells(cells, len(header), delimiter, AGAIN) or cells)
              for row, (_, cells) in enumerate(spans, start=1)],
-            {row for row, (lines_of, _) in enumerate(spans, start=1) if nul_rows.intersection(lines_of)})
+            {row for row, (lines_of, _) in enumerate(spans, start=1) if nul_rows.intersection(lines_of)}, encoding)
 
 
 def _records(lines: list[str], delimiter: str) -> list[tuple[int, int, list[str]]] | None:

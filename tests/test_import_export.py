@@ -118,6 +118,25 @@ def test_gb18030_tsv_is_decoded(db, tmp_path):
         ("胆囊切除", ["胆囊切除术"]), ("甲状腺全切", ["甲状腺全部切除术"])]
 
 
+def test_a_western_european_file_is_read_as_windows_1252_and_a_gbk_one_as_gbk_each_said(db, tmp_path):
+    """A user test: a Latin-1 file (Excel on French Windows) was read as GBK without a word, Cholécystectomie
+    imported as Chol閏ystectomie. Lone Chinese characters inside Latin words read it as Windows-1252; Chinese text,
+    Latin letters around a character included (MRI示T2), stays GBK. Either guess is said in a notice."""
+    s, vid = db
+    cases = {"west.csv": ("mention\nCholécystectomie\nAppendicectomie\nMénière opéré\n", "cp1252"),
+             "gbk.csv": ("mention\nMRI示T2高信号\n甲状腺全切\n", "gbk")}
+    for name, (text, encoding) in cases.items():
+        path = tmp_path / name
+        path.write_bytes(text.encode(encoding))
+        rep = S.import_mentions(s, path, name, vid)
+        assert rep.errors == [] and adds_up(rep)
+        assert [m["text"] for m in S.mentions(s, rep.batch_id)] == text.split("\n")[1:-1]
+        said = [n.problem for n in rep.notices if "not UTF-8" in n.problem]
+        assert said == ["not UTF-8: read as " + ("Windows-1252 (Western European)" if encoding == "cp1252" else
+                        "GBK / GB18030 (Chinese Windows)") + "; if the text looks wrong, save the file as UTF-8 "
+                        "and import it again"]
+
+
 def test_the_utf8_rows_of_a_file_with_bad_bytes_keep_their_text(db, tmp_path):
     """Two of three non-ASCII rows are not UTF-8 (neither are they GBK): they are rejected, and the UTF-8 row is
     imported as written, where it was read as GBK (鑳嗗泭鍒囬櫎) and reported imported."""
