@@ -67,7 +67,7 @@ head[1].progress(done / total if total else 0.0, text=f"**{done} / {total}** cod
 if last:  # read from the database on every draw: after a restart or a dropped connection it says what was kept
     at = (last["at"] if last["at"].tzinfo else last["at"].replace(tzinfo=timezone.utc)).astimezone()
     head[1].caption(f"Last saved: #{last['position']} {last['action']}"
-                    + (" · " + _markup.md(" + ".join(last["terms"])) if last["terms"] else "")
+                    + (" · " + _markup.md(" + ".join(last["coded"])) if last["terms"] else "")
                     + f" · {at:%H:%M:%S}", help="Your latest decision in this batch, as the database holds it.")
 
 if current is None and others:

@@ -11,6 +11,7 @@ sieve) through :func:`coded_mentions`; :func:`training_pairs_frame` gives the pa
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import zip_longest
 
 import pandas as pd
 from sqlalchemy import insert, or_, select, update
@@ -261,15 +262,18 @@ def supersede_and_pairs(s: Session, m: Mention, d: Decision, vocab_id: int, term
 
 # ================================================================ history / training pairs for the engine
 def last_saved(s: Session, batch_id: int, username: str) -> dict | None:
-    """The user's latest decision in the batch, as the database holds it (position, action, terms, at): what the
-    coding page shows as "last saved", so a coder whose screen went away mid-save (a restart, a dropped
-    connection) reads what was kept rather than guessing."""
-    row = s.execute(select(Mention.position, Decision.action, Decision.terms, Decision.at)
+    """The user's latest decision in the batch, as the database holds it (position, action, terms, the code kept
+    for each, at): what the coding page shows as "last saved", so a coder whose screen went away mid-save (a
+    restart, a dropped connection) reads what was kept rather than guessing."""
+    row = s.execute(select(Mention.position, Decision.action, Decision.terms, Decision.codes, Decision.at)
                     .join(Mention, Mention.id == Decision.mention_id).join(User, User.id == Decision.user_id)
                     .where(Mention.batch_id == batch_id, User.username == username)
                     .order_by(Decision.at.desc(), Decision.id.desc()).limit(1)).first()
-    return None if row is None else {"position": row.position, "action": row.action, "terms": list(row.terms or []),
-                                     "at": row.at}
+    if row is None:
+        return None
+    terms, codes = list(row.terms or []), list(row.codes or [])
+    return {"position": row.position, "action": row.action, "terms": terms, "codes": codes, "at": row.at,
+            "coded": [f"{t} {c}".strip() for t, c in zip_longest(terms, codes, fillvalue="")]}  # 胆囊切除术 51.2200
 
 
 def coded_mentions(s: Session, vocabulary_id: int, after: int = 0) -> list[LabelledMention]:

@@ -519,7 +519,9 @@ def test_restart_resumes_at_next_undecided_mention(db_url):
     captions = [c.value for c in at2.caption]
     assert any("Mention #3 of" in c for c in captions), captions
     # what the database kept is on screen after the restart: a coder cut off mid-save reads it, not guesses
-    assert any(c.startswith(f"Last saved: #2 correct · {other} · ") for c in captions), captions
+    code = next(c.codes[0] for c in sug.candidates if c.term == other)  # the code kept is said with its term
+    said = f"Last saved: #2 correct · {other} {code} · ".replace(".", "\\.")  # Markdown-escaped (_markup.md)
+    assert any(c.startswith(said) for c in captions), captions
     with services.session_scope(db_url) as s:
         df = services.decisions_frame(s)
     assert list(zip(df.mention_id, df.action)) == [(first, "accept"), (second, "correct")]
