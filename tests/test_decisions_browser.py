@@ -284,13 +284,24 @@ def test_a_press_queued_behind_a_save_does_not_redraw_the_mention_it_decided(app
         page.wait_for_function("document.querySelector(\"[data-testid='tn-not-yet']\")?.style.display === 'block'",
                                timeout=6000)
 
-    two_presses_behind_a_held_save(app, page, press, button(page, f"skip_{first}").click)  # again, as the note says
+    guard_said = []
+
+    def press_again() -> None:  # as the note says
+        button(page, f"skip_{first}").click()
+        page.wait_for_timeout(300)
+        guard_said.append(note.inner_text() if note.is_visible() else "")
+
+    two_presses_behind_a_held_save(app, page, press, press_again)
     quiet(page, app["url"])
     assert [(r["mention_id"], r["action"]) for r in decisions(app["url"])] == [(first, "skip")]
     assert on_screen(page) != first
     assert not note.is_visible() or "has not reached" not in note.inner_text()
-    # the press made again is refused in words
-    assert any("already decided" in t for t in page.locator("[data-testid='stAlert']").all_inner_texts())
+    # the press made again is said in words: dropped by the browser's guard (the paused run's page went stale), or
+    # refused by the server as already decided or as a second press. Which one depends on timing: a CI run saw no
+    # refusal from the server (the guard's note is gone 2.5 s after it shows, so it is read at the press)
+    said = page.locator("[data-testid='stAlert']").all_inner_texts()
+    assert "Not taken" in guard_said[0] or any("already decided" in t or "Ignored a second click" in t
+                                               for t in said), (guard_said, said)
 
 
 def test_an_annotators_save_queued_behind_a_save_does_not_redraw_the_mention_answered(app, page):
