@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import json
 import re
+from itertools import zip_longest
 
 from termnorm.records import KEYWORD_KINDS, Candidate, KeywordSpan
 from termnorm.text.keywords import DECISIVE_KINDS, keyword_key
@@ -297,6 +298,11 @@ def candidate_table_html(cands: list[Candidate], mention_spans: list[KeywordSpan
 
 
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:])")  # ":" too: :red[x] is Streamlit colour
+
+
+def with_codes(terms: list[str], codes: list[str]) -> list[str]:
+    """Each term with the code a decision kept for it, as the coding page names a decision: 胆囊切除术 (51.2200)."""
+    return [f"{t} ({c})" if c else t for t, c in zip_longest(terms, codes[:len(terms)], fillvalue="")]
 
 
 def md(text) -> str:

@@ -67,7 +67,8 @@ head[1].progress(done / total if total else 0.0, text=f"**{done} / {total}** cod
 if last:  # read from the database on every draw: after a restart or a dropped connection it says what was kept
     at = (last["at"] if last["at"].tzinfo else last["at"].replace(tzinfo=timezone.utc)).astimezone()
     head[1].caption(f"Last saved: #{last['position']} {last['action']}"
-                    + (" · " + _markup.md(" + ".join(last["coded"])) if last["terms"] else "")
+                    + (" · " + _markup.md(" + ".join(_markup.with_codes(last["terms"], last["codes"])))
+                       if last["terms"] else "")
                     + f" · {at:%H:%M:%S}", help="Your latest decision in this batch, as the database holds it.")
 
 if current is None and others:
@@ -304,8 +305,7 @@ if current.get("status") == services.REREVIEW:
         before = services.mention(s, mid)["decision"]
         why = review.rereview_reason(s, mid)
     sent_back = (before["terms"], before["relationship"]) if before else None
-    was = (" · ".join(f"{t} ({c})" if c else t for t, c in zip(before["terms"], before["codes"] + [""] * 9))
-           if before and before["terms"] else "—")
+    was = " · ".join(_markup.with_codes(before["terms"], before["codes"])) if before and before["terms"] else "—"
     said_rel = {code: label[2:] for _, code, label in RELATIONSHIP_KEYS}.get((before or {}).get("relationship"))
     if said_rel and before["relationship"] != services.default_relationship(before["terms"]):
         was += f" ({said_rel})"  # kept as the default below while the box holds those terms

@@ -11,7 +11,6 @@ sieve) through :func:`coded_mentions`; :func:`training_pairs_frame` gives the pa
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import zip_longest
 
 import pandas as pd
 from sqlalchemy import insert, or_, select, update
@@ -271,9 +270,8 @@ def last_saved(s: Session, batch_id: int, username: str) -> dict | None:
                     .order_by(Decision.at.desc(), Decision.id.desc()).limit(1)).first()
     if row is None:
         return None
-    terms, codes = list(row.terms or []), list(row.codes or [])
-    return {"position": row.position, "action": row.action, "terms": terms, "codes": codes, "at": row.at,
-            "coded": [f"{t} {c}".strip() for t, c in zip_longest(terms, codes, fillvalue="")]}  # 胆囊切除术 51.2200
+    return {"position": row.position, "action": row.action, "terms": list(row.terms or []),
+            "codes": list(row.codes or []), "at": row.at}
 
 
 def coded_mentions(s: Session, vocabulary_id: int, after: int = 0) -> list[LabelledMention]:

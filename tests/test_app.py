@@ -518,9 +518,11 @@ def test_restart_resumes_at_next_undecided_mention(db_url):
     assert current_id(at2) == third
     captions = [c.value for c in at2.caption]
     assert any("Mention #3 of" in c for c in captions), captions
+    from app_pages import _markup
+
     # what the database kept is on screen after the restart: a coder cut off mid-save reads it, not guesses
     code = next(c.codes[0] for c in sug.candidates if c.term == other)  # the code kept is said with its term
-    said = f"Last saved: #2 correct · {other} {code} · ".replace(".", "\\.")  # Markdown-escaped (_markup.md)
+    said = f"Last saved: #2 correct · {_markup.md(f'{other} ({code})')} · "  # Markdown-escaped, as the page writes it
     assert any(c.startswith(said) for c in captions), captions
     with services.session_scope(db_url) as s:
         df = services.decisions_frame(s)
